@@ -1,0 +1,2 @@
+//! rdma-lab: the project's Soft-RoCE lab.
+#![forbid(unsafe_code)]

@@ -1,0 +1,6 @@
+//! rdmakit: the one model of RDMA devices that rdmad and rdmactl share.
+//!
+//! Sources (sysfs, RDMA netlink) fill a [`Snapshot`]-shaped model; faces (the exporter, the CLI)
+//! only read it. Sources never print; faces never read sysfs or sockets themselves.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]

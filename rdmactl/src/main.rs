@@ -1,0 +1,3 @@
+//! rdmactl: the RDMA command line.
+#![forbid(unsafe_code)]
+fn main() {}

@@ -1,0 +1,3 @@
+//! rdmad: the RDMA exporter.
+#![forbid(unsafe_code)]
+fn main() {}
