@@ -1,0 +1,106 @@
+#!/bin/busybox sh
+# PID 1 of the Soft-RoCE lab VM (built by crates/rdma-lab). It owns: mounts, kernel
+# modules, networking, the rxe devices, running the payload, reporting the payload's exit
+# code on the kernel console (ttyS0) and powering off. The payload talks on ttyS1, which the
+# host connects to its own stdio, so its output is never mixed with kernel messages.
+/bin/busybox mkdir -p /bb /proc /sys /dev /tmp /run
+/bin/busybox --install -s /bb
+export PATH=/opt/rdma/bin:/opt/rdma/examples:/usr/sbin:/usr/bin:/sbin:/bin:/bb
+export HOME=/root
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm /var/log /var/run
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /dev/shm
+CONSOLE=/dev/ttyS0
+IO=/dev/ttyS1
+
+finish() {
+    echo "LAB-EXIT-CODE=$1" > $CONSOLE
+    sync
+    poweroff -f
+    sleep 5
+}
+fail() {
+    echo "LAB-ERROR=$*" > $CONSOLE
+    echo "lab: $*" > $IO
+    finish 125
+}
+
+MODE=run DEVICES=1 RXE=1 PORT=9736
+for opt in $(cat /proc/cmdline); do
+    case "$opt" in
+        lab.mode=*) MODE=${opt#lab.mode=} ;;
+        lab.devices=*) DEVICES=${opt#lab.devices=} ;;
+        lab.rxe=*) RXE=${opt#lab.rxe=} ;;
+        lab.port=*) PORT=${opt#lab.port=} ;;
+    esac
+done
+
+while read -r ko; do
+    case "$ko" in
+        */rdma_rxe.ko) [ "$RXE" = 1 ] || continue ;;
+    esac
+    insmod "$ko" 2> /tmp/insmod.err || fail "insmod $ko: $(cat /tmp/insmod.err)"
+done < /etc/lab/modules
+
+hostname lab
+ip link set lo up
+ip link set eth0 up || fail "no eth0: virtio_net did not come up"
+ip addr add 10.0.2.15/24 dev eth0
+ip route add default via 10.0.2.2
+
+RXE_DEVICES=""
+if [ "$RXE" = 1 ]; then
+    rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0 type rxe netdev eth0 failed"
+    RXE_DEVICES="rxe0"
+fi
+if [ "$DEVICES" -ge 2 ]; then
+    # Two rxe devices on a veth pair in one namespace: without these policy rules the
+    # kernel routes 10.1.0.x locally over lo and the QPs never reach RTR.
+    ip link add veth0 type veth peer name veth1 || fail "cannot create the veth pair"
+    ip addr add 10.1.0.1/24 dev veth0
+    ip addr add 10.1.0.2/24 dev veth1
+    ip link set veth0 up
+    ip link set veth1 up
+    for k in all veth0 veth1; do
+        sysctl -qw net.ipv4.conf.$k.accept_local=1 net.ipv4.conf.$k.rp_filter=0
+    done
+    ip rule add pref 10 iif lo to 10.1.0.2 lookup 100
+    ip rule add pref 11 iif lo to 10.1.0.1 lookup 101
+    ip route add 10.1.0.2 dev veth0 src 10.1.0.1 table 100
+    ip route add 10.1.0.1 dev veth1 src 10.1.0.2 table 101
+    ip rule del pref 0 lookup local
+    ip rule add pref 1000 lookup local
+    if [ "$RXE" = 1 ]; then
+        rdma link add rxe_a type rxe netdev veth0 || fail "rdma link add rxe_a failed"
+        rdma link add rxe_b type rxe netdev veth1 || fail "rdma link add rxe_b failed"
+        RXE_DEVICES="$RXE_DEVICES rxe_a rxe_b"
+    fi
+fi
+
+for dev in $RXE_DEVICES; do
+    i=0
+    until grep -q ACTIVE /sys/class/infiniband/$dev/ports/1/state 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -gt 300 ] && fail "$dev port 1 did not become ACTIVE in 15 s"
+        usleep 50000
+    done
+done
+echo "LAB-READY devices=$RXE_DEVICES uptime=$(cut -d" " -f1 /proc/uptime)" > $CONSOLE
+
+cd /root
+if [ "$MODE" = shell ]; then
+    rdmad --web.listen-address=0.0.0.0:$PORT > /var/log/rdmad.log 2>&1 &
+    cat /etc/lab/motd > $IO
+    setsid -c sh -l < $IO > $IO 2>&1
+    finish $?
+fi
+
+# Run mode: raw output (no CR before LF), no input.
+stty -F $IO -opost 2>/dev/null
+sh /opt/rdma/cmd < /dev/null > $IO 2>&1
+finish $?
