@@ -1,3 +1,49 @@
 //! rdmactl: the RDMA command line.
+//!
+//! A thin binary: every subcommand lives in `cmd/<name>.rs`, parses its own arguments and
+//! returns an [`ExitCode`]. Data comes from the `rdmakit` model, verbs from `rdma-verbs`,
+//! the Soft-RoCE lab from `rdma-lab`.
+//!
+//! Exit codes (documented in the README and `--help`):
+//! 0 success, 1 failure, 2 usage error, 3 no RDMA stack or no RDMA device to talk to.
 #![forbid(unsafe_code)]
-fn main() {}
+
+mod cmd;
+mod exit;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// rdmactl: look at, explain and exercise RDMA devices (InfiniBand, RoCE v2, Soft-RoCE).
+///
+/// Exit codes: 0 success, 1 failure, 2 usage error, 3 no RDMA stack or no RDMA device.
+#[derive(Parser, Debug)]
+#[command(name = "rdmactl", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The Soft-RoCE lab: a qemu VM with a real rxe device (`lab up`, `lab run -- CMD`).
+    Lab(cmd::lab::Args),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RDMACTL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Lab(args) => cmd::lab::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => exit::report(&err),
+    }
+}
