@@ -1,0 +1,116 @@
+//! Live checks of the lab itself, run INSIDE the lab VM booted with `--devices 2`
+//! (`rdmactl lab test` always boots that way): the devices exist and are ACTIVE, two of
+//! them pass real RDMA traffic over the veth pair, and rdmad sees them.
+//!
+//! No device is a failure, never a skip.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn sysfs_state(dev: &str) -> String {
+    let path = format!("/sys/class/infiniband/{dev}/ports/1/state");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e} (is rdma_rxe loaded and {dev} created?)"))
+}
+
+#[test]
+fn rxe0_is_active_on_eth0() {
+    assert!(
+        sysfs_state("rxe0").contains("ACTIVE"),
+        "rxe0 port 1 not ACTIVE"
+    );
+    let out = Command::new("rdma")
+        .args(["-j", "link", "show"])
+        .output()
+        .expect("run rdma -j link show");
+    assert!(out.status.success(), "rdma link show failed: {out:?}");
+    let links: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("rdma -j link show prints JSON");
+    let rxe0 = links
+        .as_array()
+        .and_then(|a| a.iter().find(|l| l["ifname"] == "rxe0"))
+        .unwrap_or_else(|| panic!("no rxe0 in {links}"));
+    assert_eq!(rxe0["state"], "ACTIVE");
+    assert_eq!(rxe0["netdev"], "eth0");
+}
+
+#[test]
+fn veth_pair_devices_pass_rdma_write_traffic() {
+    for dev in ["rxe_a", "rxe_b"] {
+        assert!(sysfs_state(dev).contains("ACTIVE"), "{dev} not ACTIVE");
+    }
+    // Server on rxe_a (10.1.0.1), client on rxe_b; both bounded by timeout(1).
+    let mut server = Command::new("timeout")
+        .args([
+            "60",
+            "ib_write_bw",
+            "-d",
+            "rxe_a",
+            "-x",
+            "1",
+            "-s",
+            "4096",
+            "-n",
+            "200",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ib_write_bw server");
+    std::thread::sleep(Duration::from_millis(800));
+    let client = Command::new("timeout")
+        .args([
+            "60",
+            "ib_write_bw",
+            "-d",
+            "rxe_b",
+            "-x",
+            "1",
+            "-s",
+            "4096",
+            "-n",
+            "200",
+            "10.1.0.1",
+        ])
+        .output()
+        .expect("run ib_write_bw client");
+    let server_status = server.wait().expect("wait for the server");
+    let text = String::from_utf8_lossy(&client.stdout);
+    assert!(
+        client.status.success() && server_status.success(),
+        "ib_write_bw failed: client {:?}, server {server_status:?}\n{text}{}",
+        client.status,
+        String::from_utf8_lossy(&client.stderr)
+    );
+    // The result row: "#bytes #iterations BW peak BW average MsgRate".
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("4096"))
+        .unwrap_or_else(|| panic!("no result row in:\n{text}"));
+    let cols: Vec<f64> = row
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect();
+    assert!(cols.len() >= 4, "bad row {row:?}");
+    assert_eq!(cols[1] as u64, 200, "iterations in {row:?}");
+    assert!(cols[3] > 0.0, "average bandwidth is zero in {row:?}");
+}
+
+#[test]
+fn rdmad_once_sees_every_lab_device() {
+    let bin = std::env::var("RDMAD_BIN").unwrap_or_else(|_| "/opt/rdma/bin/rdmad".into());
+    let out = Command::new(&bin)
+        .arg("--once")
+        .output()
+        .unwrap_or_else(|e| panic!("run {bin}: {e}"));
+    assert!(out.status.success(), "rdmad --once failed: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let devices = std::fs::read_dir("/sys/class/infiniband")
+        .expect("/sys/class/infiniband exists in the lab")
+        .count();
+    assert!(devices >= 3, "expected rxe0, rxe_a, rxe_b; found {devices}");
+    assert!(
+        text.lines().any(|l| l == format!("rdma_devices {devices}")),
+        "rdma_devices {devices} not in:\n{text}"
+    );
+}
