@@ -5,7 +5,6 @@ use std::process::ExitCode;
 pub const OK: u8 = 0;
 /// Something failed (the message says what).
 pub const FAILURE: u8 = 1;
-#[allow(dead_code)] // the device views that return it land next
 /// No RDMA stack (libibverbs missing) or no RDMA device to talk to.
 pub const NO_RDMA: u8 = 3;
 
@@ -19,7 +18,6 @@ pub struct CodedError {
     pub code: u8,
 }
 
-#[allow(dead_code)]
 impl CodedError {
     /// "Nothing to talk to": no RDMA stack or no device.
     pub fn no_rdma(message: impl Into<String>) -> anyhow::Error {

@@ -28,6 +28,8 @@ struct Cli {
 enum Command {
     /// The Soft-RoCE lab: a qemu VM with a real rxe device (`lab up`, `lab run -- CMD`).
     Lab(cmd::lab::Args),
+    /// Show RDMA devices and ports as the verbs layer sees them.
+    Verbs(cmd::verbs::Args),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Lab(args) => cmd::lab::run(args),
+        Command::Verbs(args) => cmd::verbs::run(args),
     };
     match result {
         Ok(code) => code,

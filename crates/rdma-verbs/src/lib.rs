@@ -1,6 +1,77 @@
-//! rdma-verbs: a safe verbs layer over sideway (and rdma-mummy-sys where sideway lacks a call).
+//! rdma-verbs: a safe verbs layer over sideway (and rdma-mummy-sys where sideway lacks a call
+//! or would panic).
 //!
 //! This crate is the only place in the workspace with `unsafe`; every block carries a
-//! `// SAFETY:` line. libibverbs is loaded at run time, so binaries start on hosts without
-//! rdma-core and get a typed "no RDMA stack" error instead.
+//! `// SAFETY:` line. libibverbs is loaded at run time (rdma-mummy-sys `dlopen`s
+//! `libibverbs.so.1` from a static constructor), so binaries start on hosts without rdma-core
+//! and get [`VerbsError::NoRdmaStack`] instead of a crash.
+//!
+//! Object graph: [`Context`] (an open device) -> [`ProtectionDomain`] -> [`MemoryRegion`] and
+//! [`QueuePair`]; [`CompletionQueue`] hangs off the context. Every child holds an `Arc` to its
+//! parent, so a parent is freed only after all its children. No value read from the library is
+//! trusted: unknown enum codes become `Unknown(code)` variants or [`VerbsError::InvalidValue`],
+//! never a panic.
+//!
+//! ```no_run
+//! use rdma_verbs::{AccessFlags, GidType, RtrParams, RtsParams, SendOp, Sge, WcStatus};
+//! # fn main() -> Result<(), rdma_verbs::VerbsError> {
+//! let ctx = rdma_verbs::open("rxe0")?;
+//! let port = ctx.query_port(1)?;
+//! let gid = ctx.choose_gid(1, GidType::RoceV2)?; // ::ffff:10.0.2.15 in the lab
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(16)?;
+//! let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+//! let (a, b) = (
+//!     pd.create_rc_qp(&cq, &cq, Default::default())?,
+//!     pd.create_rc_qp(&cq, &cq, Default::default())?,
+//! );
+//! for (qp, peer) in [(&a, &b), (&b, &a)] {
+//!     qp.to_init(1, access)?;
+//!     qp.to_rtr(&RtrParams {
+//!         remote: peer.endpoint(&gid, 0),
+//!         port: 1,
+//!         sgid_index: gid.index as u8,
+//!         path_mtu: port.active_mtu,
+//!         max_dest_rd_atomic: 1,
+//!         min_rnr_timer: 12,
+//!     })?;
+//!     qp.to_rts(&RtsParams::default())?;
+//! }
+//! let (src, dst) = (pd.register(64, access)?, pd.register(64, access)?);
+//! src.write(0, b"hello")?;
+//! a.post_send(1, SendOp::Write { remote: dst.remote(), offset: 0 }, &[Sge { mr: &src, offset: 0, len: 5 }])?;
+//! let wc = cq.poll_until(1, std::time::Duration::from_secs(1))?;
+//! assert_eq!(wc[0].status, WcStatus::Success);
+//! assert_eq!(dst.to_vec(0, 5)?, b"hello");
+//! # Ok(())
+//! # }
+//! ```
 #![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod codes;
+mod cq;
+mod device;
+mod error;
+mod event;
+mod gid;
+mod mr;
+mod pd;
+mod port;
+mod qp;
+mod stack;
+
+pub use codes::{
+    AsyncEventType, AtomicCap, GidType, LinkLayer, Mtu, NodeType, PhysState, PortState, QpState,
+    Transport, WcOpcode, WcStatus,
+};
+pub use cq::{CompletionQueue, WorkCompletion};
+pub use device::{devices, open, Context, DeviceAttr, DeviceInfo, Guid};
+pub use error::{NoStackReason, VerbsError};
+pub use event::{AsyncEvent, EventElement};
+pub use gid::GidEntry;
+pub use mr::{AccessFlags, MemoryRegion, RemoteBuffer};
+pub use pd::ProtectionDomain;
+pub use port::{speed_name, width_name, PortAttr};
+pub use qp::{QpCaps, QpEndpoint, QueuePair, RtrParams, RtsParams, SendOp, Sge};
+pub use stack::stack_available;

@@ -1,2 +1,3 @@
 //! One module per subcommand.
 pub mod lab;
+pub mod verbs;
