@@ -26,10 +26,18 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// The Soft-RoCE lab: a qemu VM with a real rxe device (`lab up`, `lab run -- CMD`).
-    Lab(cmd::lab::Args),
+    /// List RDMA devices and ports: state, rate, link layer, netdev, driver, PCI address.
+    Devices(cmd::devices::Args),
+    /// Show RDMA counters (IB PMA, driver hw_counters, device-level), once or as rates.
+    Counters(cmd::counters::Args),
+    /// Explain an RDMA counter: what it counts, likely causes, what to check next.
+    Explain(cmd::explain::Args),
+    /// Sample counters twice (or compare two saved snapshots) and explain what moved.
+    Doctor(cmd::doctor::Args),
     /// Show RDMA devices and ports as the verbs layer sees them.
     Verbs(cmd::verbs::Args),
+    /// The Soft-RoCE lab: a qemu VM with a real rxe device (`lab up`, `lab run -- CMD`).
+    Lab(cmd::lab::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,7 +51,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Lab(args) => cmd::lab::run(args),
+        Command::Devices(args) => cmd::devices::run(args),
+        Command::Counters(args) => cmd::counters::run(args),
         Command::Verbs(args) => cmd::verbs::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Explain(args) => cmd::explain::run(args),
     };
     match result {
         Ok(code) => code,

@@ -4,3 +4,10 @@
 //! only read it. Sources never print; faces never read sysfs or sockets themselves.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+pub mod catalog;
+pub mod doctor;
+pub mod model;
+pub mod sysfs;
+
+pub use model::Snapshot;

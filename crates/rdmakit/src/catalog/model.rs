@@ -1,0 +1,243 @@
+//! The catalog's vocabulary: one [`CounterInfo`] per (driver family, counter name), and the
+//! small closed sets its fields draw from (units, kinds, severities, where the file lives,
+//! which experiment or lesson chapter shows the counter).
+//!
+//! Every closed set knows its own spelling in the TOML files (`as_str`) and parses it back
+//! (`parse`), so the loader can name the allowed values when a file uses a wrong one.
+
+use serde::Serialize;
+
+/// Declares a closed set of values spelled one way in the TOML files and in JSON output.
+macro_rules! spelled_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident => $text:literal ),+ $(,)? }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $( $(#[$vmeta])* $variant ),+ }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[ $( $name::$variant ),+ ];
+            /// Every spelling accepted in the catalog files, in declaration order.
+            pub const NAMES: &'static [&'static str] = &[ $( $text ),+ ];
+
+            /// The spelling used in the catalog files and in JSON output.
+            pub fn as_str(self) -> &'static str {
+                match self { $( $name::$variant => $text ),+ }
+            }
+
+            /// Parses the catalog spelling; `None` for anything else.
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $( $text => Some($name::$variant), )+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+    };
+}
+
+spelled_enum! {
+    /// What one step of the value stands for.
+    pub enum Unit {
+        /// Packets (or frames) on the wire.
+        Packets => "packets",
+        /// Octets.
+        Bytes => "bytes",
+        /// 4-octet words: multiply by 4 for bytes (not by the lane count).
+        Words4 => "words4",
+        /// Occurrences of some event (an error, a NAK, a retry, a state change).
+        Events => "events",
+        /// Work requests or protocol operations (a READ request, a SEND completion).
+        Operations => "operations",
+        /// Management messages (for example connection-manager MADs).
+        Messages => "messages",
+        /// Hardware clock ticks whose length depends on the device and link speed.
+        Ticks => "ticks",
+        /// Milliseconds.
+        Ms => "ms",
+        /// A number of live objects (QPs, MRs, ...).
+        Objects => "objects",
+    }
+}
+
+spelled_enum! {
+    /// Whether the value only grows (until it wraps or saturates) or goes up and down.
+    pub enum Kind {
+        /// Monotonic: rate it, alert on its increase.
+        Counter => "counter",
+        /// A level or a setting: read it as is.
+        Gauge => "gauge",
+    }
+}
+
+spelled_enum! {
+    /// What a counter does when it reaches its maximum.
+    pub enum Overflow {
+        /// Starts again from zero; a reader must handle the wrap when computing rates.
+        Wrap => "wrap",
+        /// Stops at all-ones (the InfiniBand PortCounters rule): it no longer moves.
+        Saturate => "saturate",
+    }
+}
+
+spelled_enum! {
+    /// How worried a reader should be when a counter moves.
+    pub enum Severity {
+        /// Normal traffic or bookkeeping.
+        Info => "info",
+        /// Worth a look when it grows steadily; often benign in small numbers.
+        Warning => "warning",
+        /// Something failed: a work request, a link, a packet that should not be lost.
+        Error => "error",
+    }
+}
+
+spelled_enum! {
+    /// Where the value is read under `/sys/class/infiniband/<dev>/`.
+    pub enum Location {
+        /// `ports/<n>/counters/`: the InfiniBand PMA port counters.
+        PortCounters => "port_counters",
+        /// `ports/<n>/hw_counters/`: the driver's per-port counters.
+        PortHwCounters => "port_hw_counters",
+        /// `hw_counters/` at the device level (for example efa, hfi1).
+        DeviceHwCounters => "device_hw_counters",
+        /// `ports/<n>/<group>/<message>`: ib_cm message counters, one directory per group
+        /// (older kernels: `/sys/class/infiniband_cm/<dev>/<n>/<group>/`).
+        PortCm => "port_cm",
+    }
+}
+
+impl Location {
+    /// A path pattern for humans, relative to the device directory.
+    pub fn path_hint(self) -> &'static str {
+        match self {
+            Location::PortCounters => "/sys/class/infiniband/<dev>/ports/<n>/counters/",
+            Location::PortHwCounters => "/sys/class/infiniband/<dev>/ports/<n>/hw_counters/",
+            Location::DeviceHwCounters => "/sys/class/infiniband/<dev>/hw_counters/",
+            Location::PortCm => "/sys/class/infiniband/<dev>/ports/<n>/",
+        }
+    }
+}
+
+spelled_enum! {
+    /// The rdmactl experiments (`rdmactl experiment NAME`) a counter can point to.
+    pub enum Experiment {
+        /// Registering memory regions: cost, pinning, limits.
+        MrRegistration => "mr-registration",
+        /// Walking a QP through RESET, INIT, RTR, RTS and the error states.
+        QpStates => "qp-states",
+        /// Provoking completion errors (bad rkey, RNR, retry exhaustion).
+        QpErrors => "qp-errors",
+        /// Keys and access flags: what a wrong rkey or missing flag does.
+        SecurityKeys => "security-keys",
+        /// SEND/RECV against RDMA WRITE/READ.
+        OneVsTwoSided => "one-vs-two-sided",
+        /// Polling against event-driven completion queues.
+        CqModes => "cq-modes",
+        /// RC, UC and UD side by side.
+        Transports => "transports",
+    }
+}
+
+spelled_enum! {
+    /// The course chapters a counter can point to.
+    pub enum Lesson {
+        /// Chapter 1.
+        WhyRdma => "why-rdma",
+        /// Chapter 2.
+        Architecture => "architecture",
+        /// Chapter 3.
+        MemoryRegistration => "memory-registration",
+        /// Chapter 4.
+        QueuePairs => "queue-pairs",
+        /// Chapter 5.
+        VerbsApi => "verbs-api",
+        /// Chapter 6.
+        OneVsTwoSided => "one-vs-two-sided",
+        /// Chapter 7.
+        Transports => "transports",
+        /// Chapter 8.
+        ErrorHandling => "error-handling",
+        /// Chapter 9.
+        Resources => "resources",
+        /// Chapter 10.
+        Security => "security",
+        /// Chapter 11.
+        Observing => "observing",
+    }
+}
+
+impl Lesson {
+    /// The chapter number (1 for why-rdma ... 11 for observing).
+    pub fn chapter(self) -> u8 {
+        // ALL is in chapter order and has 11 entries, so the index always fits.
+        Lesson::ALL
+            .iter()
+            .position(|l| *l == self)
+            .map_or(0, |i| i as u8 + 1)
+    }
+}
+
+/// Widths (in bits) a counter may have. The IB PMA error counters are narrow (4, 8, 16).
+pub const WIDTHS: &[u8] = &[4, 8, 16, 32, 64];
+
+/// One driver family: one catalog file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FamilyInfo {
+    /// The family name (`mlx5`, `rxe`, ...), equal to the file name without `.toml`.
+    pub name: String,
+    /// One line saying which devices and which sysfs directory the family covers.
+    pub description: String,
+    /// Prefixes that may precede a counter's name and mean "the same counter, seen from
+    /// elsewhere" (mlx5: `vport_` on switchdev representors).
+    pub alias_prefixes: Vec<String>,
+    /// The catalog file.
+    pub file: String,
+}
+
+/// Everything the catalog says about one counter of one driver family.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CounterInfo {
+    /// The driver family (the catalog file's name without `.toml`): `mlx5`, `rxe`, `ib_pma`...
+    pub driver: String,
+    /// The file name in sysfs, exactly as the kernel spells it.
+    pub name: String,
+    /// One line for tables and Prometheus HELP text.
+    pub summary: String,
+    /// Where it lives in sysfs.
+    pub location: Location,
+    /// What one step stands for.
+    pub unit: Unit,
+    /// Counter or gauge.
+    pub kind: Kind,
+    /// Width in bits.
+    pub width: u8,
+    /// What happens at the maximum.
+    pub overflow: Overflow,
+    /// How worried to be when it moves.
+    pub severity: Severity,
+    /// What it counts, for a sysadmin.
+    pub meaning: String,
+    /// Likely causes when it moves (may be empty for plain traffic counters).
+    pub causes: Vec<String>,
+    /// What to check next.
+    pub next_steps: Vec<String>,
+    /// The experiment that makes it move, if there is one.
+    pub experiment: Option<Experiment>,
+    /// The course chapter that explains it, if there is one.
+    pub lesson: Option<Lesson>,
+    /// The catalog file it came from (for error messages and `--json`).
+    pub file: String,
+}

@@ -1,0 +1,328 @@
+//! The shared data model: what every source fills and every face reads.
+//!
+//! A [`Snapshot`] is one consistent look at the RDMA devices of a host: devices, their ports,
+//! GIDs and every counter the kernel exposes, plus the per-file problems met while reading
+//! ([`SourceError`]). Sources (sysfs, netlink) build it; faces (rdmad's `/metrics`, rdmactl's
+//! tables and `--json`) only read it. The serde field names are a stable contract: `--json`
+//! output and golden files are this model serialized.
+//!
+//! Conventions: absent is not zero (`Option`), raw values are kept as the kernel printed them
+//! (a counter in 4-octet words stays in words; [`Counter::bytes`] carries the converted value).
+
+use serde::{Deserialize, Serialize};
+
+/// One look at all RDMA devices of a host, plus what could not be read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Devices, sorted by name.
+    pub devices: Vec<Device>,
+    /// Per-file or per-request problems; none of them stopped the snapshot.
+    pub errors: Vec<SourceError>,
+}
+
+impl Snapshot {
+    /// The device called `name`, if the snapshot has it.
+    pub fn device(&self, name: &str) -> Option<&Device> {
+        self.devices.iter().find(|d| d.name == name)
+    }
+}
+
+/// One RDMA device (`/sys/class/infiniband/<name>`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Device {
+    /// Kernel name, e.g. `mlx5_0`, `rxe0`.
+    pub name: String,
+    /// Node type, e.g. `1: CA`, `4: RNIC`.
+    pub node_type: Option<Enumerated>,
+    /// Node GUID as printed by the kernel (`0c42:a103:0065:bafe`).
+    pub node_guid: Option<String>,
+    /// System image GUID as printed by the kernel.
+    pub sys_image_guid: Option<String>,
+    /// Firmware version; `None` when the file is absent or empty (rxe prints an empty line).
+    pub fw_ver: Option<String>,
+    /// HCA type (e.g. `MT4123`), driver-provided.
+    pub hca_type: Option<String>,
+    /// Board id (e.g. `MT_0000000223`), driver-provided.
+    pub board_id: Option<String>,
+    /// Kernel driver of the parent device (basename of `device/driver`), e.g. `mlx5_core`.
+    pub driver: Option<String>,
+    /// PCI address of the parent device (basename of `device`), e.g. `0000:3b:00.0`.
+    pub pci_addr: Option<String>,
+    /// Ports, sorted by number.
+    pub ports: Vec<Port>,
+    /// Device-level driver counters (`<dev>/hw_counters/`, e.g. hfi1, efa), sorted by name.
+    pub hw_counters: Vec<Counter>,
+}
+
+impl Device {
+    /// The port numbered `num`, if the device has it.
+    pub fn port(&self, num: u32) -> Option<&Port> {
+        self.ports.iter().find(|p| p.num == num)
+    }
+}
+
+/// A numbered kernel enumeration printed as `<id>: <name>` (port state, physical state, node type).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enumerated {
+    /// The number (e.g. 4 for `4: ACTIVE`).
+    pub id: u32,
+    /// The name as the kernel printed it (e.g. `ACTIVE`, `LinkUp`).
+    pub name: String,
+}
+
+/// The active link rate of a port (`ports/<n>/rate`, e.g. `100 Gb/sec (4X EDR)`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rate {
+    /// The text as the kernel printed it.
+    pub text: String,
+    /// The rate in bits per second, when the text parses (`100 Gb/sec` = 100e9).
+    pub bits_per_second: Option<u64>,
+    /// Link width in lanes (`4` for `4X`).
+    pub width: Option<u32>,
+    /// Lane speed name (`EDR`, `HDR`); `None` for SDR, which the kernel prints without a name.
+    pub speed: Option<String>,
+}
+
+/// One port of a device (`ports/<n>/`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Port {
+    /// Port number (1-based).
+    pub num: u32,
+    /// Logical state (`4: ACTIVE`).
+    pub state: Option<Enumerated>,
+    /// Physical state (`5: LinkUp`).
+    pub phys_state: Option<Enumerated>,
+    /// Active rate.
+    pub rate: Option<Rate>,
+    /// `InfiniBand`, `Ethernet` (RoCE, iWARP) or `Unknown` as printed by the kernel.
+    pub link_layer: Option<String>,
+    /// Local identifier (0 on Ethernet link layers).
+    pub lid: Option<u32>,
+    /// Local identifier of the subnet manager.
+    pub sm_lid: Option<u32>,
+    /// Populated GID table entries (all-zero and unreadable entries are skipped), by index.
+    pub gids: Vec<Gid>,
+    /// The network device of the lowest GID that has one (RoCE, iWARP, rxe).
+    pub netdev: Option<String>,
+    /// Port counters: IB PMA ones (`counters/`) first, then driver ones (`hw_counters/`),
+    /// each group sorted by name.
+    pub counters: Vec<Counter>,
+}
+
+impl Port {
+    /// The counter `name` from `source`, if the port has it.
+    pub fn counter(&self, source: CounterSource, name: &str) -> Option<&Counter> {
+        self.counters
+            .iter()
+            .find(|c| c.source == source && c.name == name)
+    }
+}
+
+/// One GID table entry (`ports/<n>/gids/<index>` and its `gid_attrs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gid {
+    /// Index in the port's GID table.
+    pub index: u32,
+    /// The GID in canonical IPv6 text form (`fe80::5054:ff:fe12:3456`, `::ffff:10.0.2.15`).
+    pub gid: String,
+    /// `IB/RoCE v1` or `RoCE v2` as printed by the kernel (`gid_attrs/types/<index>`).
+    pub gid_type: Option<String>,
+    /// Network device bound to the entry (`gid_attrs/ndevs/<index>`); none on InfiniBand.
+    pub netdev: Option<String>,
+}
+
+/// Where a counter was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CounterSource {
+    /// IB Performance Management Agent counters, `ports/<n>/counters/`.
+    Pma,
+    /// Driver counters of a port, `ports/<n>/hw_counters/`.
+    Hw,
+    /// Driver counters of the whole device, `<dev>/hw_counters/`.
+    DeviceHw,
+}
+
+impl CounterSource {
+    /// The short stable name used in JSON and tables (`pma`, `hw`, `device_hw`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CounterSource::Pma => "pma",
+            CounterSource::Hw => "hw",
+            CounterSource::DeviceHw => "device_hw",
+        }
+    }
+
+    /// The directory name this source is read from, relative to a port or device directory.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            CounterSource::Pma => "counters",
+            CounterSource::Hw | CounterSource::DeviceHw => "hw_counters",
+        }
+    }
+}
+
+/// Whether a value only grows (a counter) or goes up and down (a gauge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CounterKind {
+    /// Monotonic (until reset or wrap); a rate is meaningful.
+    Counter,
+    /// A level (e.g. `lifespan`, the hw_counters cache period in ms; bnxt_re `active_qps`).
+    Gauge,
+}
+
+/// The unit of a raw value, as far as the name tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    /// Packets, events or anything else counted one by one.
+    Count,
+    /// 4-octet words (`port_xmit_data`, `port_rcv_data`): bytes = value x 4 (not x lanes).
+    FourOctetWords,
+    /// Bytes (driver counters named `*_bytes`).
+    Bytes,
+    /// Milliseconds (`lifespan`).
+    Milliseconds,
+}
+
+/// One counter file and its value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counter {
+    /// File name, exactly as the kernel names it (`port_xmit_data`, `VL15_dropped`).
+    pub name: String,
+    /// Which directory it came from.
+    pub source: CounterSource,
+    /// The raw value as printed by the kernel.
+    pub value: u64,
+    /// Counter or gauge.
+    pub kind: CounterKind,
+    /// The unit of `value`.
+    pub unit: Unit,
+    /// The value in bytes when the unit is a data size (`value x 4` for 4-octet words);
+    /// `None` for non-data units and on overflow.
+    pub bytes: Option<u64>,
+}
+
+impl Counter {
+    /// Build a counter from a file name and its raw value, deriving kind, unit and bytes
+    /// from the name. The rules are deliberately few; the counter catalog describes meanings.
+    pub fn new(name: impl Into<String>, source: CounterSource, value: u64) -> Counter {
+        let name = name.into();
+        let (kind, unit) = classify(&name, source);
+        let bytes = match unit {
+            Unit::FourOctetWords => value.checked_mul(4),
+            Unit::Bytes => Some(value),
+            Unit::Count | Unit::Milliseconds => None,
+        };
+        Counter {
+            name,
+            source,
+            value,
+            kind,
+            unit,
+            bytes,
+        }
+    }
+}
+
+/// Kind and unit of a counter, from its name and source.
+///
+/// - PMA `port_xmit_data` / `port_rcv_data`: 4-octet words.
+/// - `lifespan`: gauge in milliseconds (the driver's cache period, not a counter).
+/// - driver counters named `active_*` or `watermark_*` (bnxt_re): gauges.
+/// - driver counters ending in `_bytes` (efa, bnxt_re): bytes.
+pub fn classify(name: &str, source: CounterSource) -> (CounterKind, Unit) {
+    match source {
+        CounterSource::Pma => {
+            if name == "port_xmit_data" || name == "port_rcv_data" {
+                (CounterKind::Counter, Unit::FourOctetWords)
+            } else {
+                (CounterKind::Counter, Unit::Count)
+            }
+        }
+        CounterSource::Hw | CounterSource::DeviceHw => {
+            if name == "lifespan" {
+                (CounterKind::Gauge, Unit::Milliseconds)
+            } else if name.starts_with("active_") || name.starts_with("watermark_") {
+                (CounterKind::Gauge, Unit::Count)
+            } else if name.ends_with("_bytes") {
+                (CounterKind::Counter, Unit::Bytes)
+            } else {
+                (CounterKind::Counter, Unit::Count)
+            }
+        }
+    }
+}
+
+/// Which source reported a [`SourceError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorOrigin {
+    /// The sysfs reader.
+    Sysfs,
+    /// The RDMA netlink client.
+    Netlink,
+}
+
+/// What went wrong with one file or request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SourceErrorKind {
+    /// The kernel said the value is not available (`N/A (no PMA)` on iWARP, MANA, ...).
+    NotAvailable,
+    /// The read failed with EINVAL (counters the device cannot report).
+    InvalidArgument,
+    /// The content did not parse (garbage, wrong format).
+    Unparsable,
+    /// The file is larger than the read limit.
+    TooLarge,
+    /// A directory where a file was expected.
+    IsDirectory,
+    /// Permission denied.
+    PermissionDenied,
+    /// Any other I/O error.
+    Io,
+}
+
+impl SourceErrorKind {
+    /// A short stable name (`not_available`, `unparsable`, ...), as in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceErrorKind::NotAvailable => "not_available",
+            SourceErrorKind::InvalidArgument => "invalid_argument",
+            SourceErrorKind::Unparsable => "unparsable",
+            SourceErrorKind::TooLarge => "too_large",
+            SourceErrorKind::IsDirectory => "is_directory",
+            SourceErrorKind::PermissionDenied => "permission_denied",
+            SourceErrorKind::Io => "io",
+        }
+    }
+}
+
+impl std::fmt::Display for SourceErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A problem with one file (sysfs) or request (netlink) that did not stop the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{path}: {kind}: {detail}")]
+pub struct SourceError {
+    /// Which source met it.
+    pub origin: ErrorOrigin,
+    /// The device concerned, when known.
+    pub device: Option<String>,
+    /// The port concerned, when known.
+    pub port: Option<u32>,
+    /// The file (sysfs: relative to the sysfs root, e.g.
+    /// `class/infiniband/mlx5_0/ports/1/counters/VL15_dropped`) or request that failed.
+    pub path: String,
+    /// What kind of problem.
+    pub kind: SourceErrorKind,
+    /// Human detail: the OS error or the offending content (shortened).
+    pub detail: String,
+}

@@ -1,0 +1,467 @@
+//! The walk over the device directories: device attributes, parent driver and PCI address,
+//! ports, GIDs and every counter file, collecting per-file problems instead of failing.
+//!
+//! One [`Walk`] reads a whole snapshot with one path buffer and one read buffer, so a scrape
+//! allocates little beyond the strings that end up in the model. Directory listings come from
+//! `read_dir` alone (no stat per entry); a counter that turns out to be a directory or to
+//! fail is reported through the error list with its device, port and path.
+
+use crate::model::{
+    Counter, CounterSource, Device, ErrorOrigin, Gid, Port, SourceError, SourceErrorKind,
+};
+use crate::sysfs::file::{AttrReader, ReadFailure, READ_LIMIT};
+use crate::sysfs::parse;
+use crate::sysfs::ReadOptions;
+use std::ffi::OsStr;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// A path built by appending and removing whole components, kept as bytes: cheaper than
+/// `PathBuf::pop`, which re-parses components from the end on every call.
+struct PathStack {
+    bytes: Vec<u8>,
+    marks: Vec<usize>,
+}
+
+impl PathStack {
+    fn new(base: PathBuf) -> PathStack {
+        let mut bytes = base.into_os_string().into_encoded_bytes();
+        bytes.reserve(256);
+        PathStack {
+            bytes,
+            marks: Vec::with_capacity(16),
+        }
+    }
+
+    /// Append `/name`; undo with [`PathStack::pop`].
+    fn push(&mut self, name: &str) {
+        self.marks.push(self.bytes.len());
+        if self.bytes.last() != Some(&b'/') {
+            self.bytes.push(b'/');
+        }
+        self.bytes.extend_from_slice(name.as_bytes());
+    }
+
+    /// Remove the last pushed component.
+    fn pop(&mut self) {
+        if let Some(mark) = self.marks.pop() {
+            self.bytes.truncate(mark);
+        }
+    }
+
+    fn as_path(&self) -> &Path {
+        Path::new(OsStr::from_bytes(&self.bytes))
+    }
+}
+
+/// Where in the tree a file belongs, for error context.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    device: &'a str,
+    port: Option<u32>,
+}
+
+/// State of one snapshot read.
+pub(crate) struct Walk<'r> {
+    root: &'r Path,
+    options: &'r ReadOptions,
+    /// The current path; always restored by whoever pushed onto it.
+    path: PathStack,
+    attr: AttrReader,
+    pub(crate) errors: Vec<SourceError>,
+}
+
+/// Map an OS error to the model's error kinds.
+fn io_kind(err: &io::Error) -> SourceErrorKind {
+    match err.kind() {
+        io::ErrorKind::InvalidInput => SourceErrorKind::InvalidArgument,
+        io::ErrorKind::IsADirectory => SourceErrorKind::IsDirectory,
+        io::ErrorKind::PermissionDenied => SourceErrorKind::PermissionDenied,
+        _ => SourceErrorKind::Io,
+    }
+}
+
+impl<'r> Walk<'r> {
+    pub(crate) fn new(root: &'r Path, options: &'r ReadOptions, class_dir: PathBuf) -> Walk<'r> {
+        Walk {
+            root,
+            options,
+            path: PathStack::new(class_dir),
+            attr: AttrReader::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// Record a problem with the file at the current path.
+    fn record(&mut self, ctx: Ctx<'_>, kind: SourceErrorKind, detail: String) {
+        let path = self.path.as_path();
+        let rel = path.strip_prefix(self.root).unwrap_or(path);
+        self.errors.push(SourceError {
+            origin: ErrorOrigin::Sysfs,
+            device: Some(ctx.device.to_owned()),
+            port: ctx.port,
+            path: rel.display().to_string(),
+            kind,
+            detail,
+        });
+    }
+
+    fn record_failure(&mut self, ctx: Ctx<'_>, failure: ReadFailure) {
+        match failure {
+            ReadFailure::Missing => {}
+            ReadFailure::TooLarge => self.record(
+                ctx,
+                SourceErrorKind::TooLarge,
+                format!("larger than {READ_LIMIT} bytes"),
+            ),
+            ReadFailure::Os(err) => self.record(ctx, io_kind(&err), err.to_string()),
+        }
+    }
+
+    /// A text attribute of the current directory; `None` when absent, empty or failing.
+    fn text(&mut self, ctx: Ctx<'_>, file: &str) -> Option<String> {
+        self.path.push(file);
+        let result = match self.attr.read(self.path.as_path()) {
+            Ok(bytes) => match std::str::from_utf8(parse::trim(bytes)) {
+                Ok("") => Ok(None),
+                Ok(text) => Ok(Some(text.to_owned())),
+                Err(_) => Err((SourceErrorKind::Unparsable, parse::excerpt(bytes))),
+            },
+            Err(failure) => {
+                self.record_failure(ctx, failure);
+                Ok(None)
+            }
+        };
+        let value = match result {
+            Ok(value) => value,
+            Err((kind, detail)) => {
+                self.record(ctx, kind, detail);
+                None
+            }
+        };
+        self.path.pop();
+        value
+    }
+
+    /// A text attribute run through `parse`; unparsable content is recorded.
+    fn parsed<T>(
+        &mut self,
+        ctx: Ctx<'_>,
+        file: &str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Option<T> {
+        let text = self.text(ctx, file)?;
+        let value = parse(&text);
+        if value.is_none() {
+            self.path.push(file);
+            self.record(
+                ctx,
+                SourceErrorKind::Unparsable,
+                parse::excerpt(text.as_bytes()),
+            );
+            self.path.pop();
+        }
+        value
+    }
+
+    /// The basename of the symlink `name` in the current directory, if it is one.
+    fn link_basename(&mut self, ctx: Ctx<'_>, name: &str) -> Option<String> {
+        self.path.push(name);
+        let result = fs::read_link(self.path.as_path());
+        let value = match result {
+            Ok(target) => target
+                .file_name()
+                .and_then(|n| n.to_str())
+                .map(str::to_owned),
+            Err(err)
+                if err.kind() == io::ErrorKind::NotFound
+                    || err.kind() == io::ErrorKind::InvalidInput =>
+            {
+                // Absent, or not a symlink: nothing to report.
+                None
+            }
+            Err(err) => {
+                self.record(ctx, io_kind(&err), err.to_string());
+                None
+            }
+        };
+        self.path.pop();
+        value
+    }
+
+    /// List the current directory; `None` when it does not exist (recorded if it fails).
+    fn list(&mut self, ctx: Ctx<'_>) -> Option<Vec<String>> {
+        match fs::read_dir(self.path.as_path()) {
+            Ok(entries) => {
+                let mut names = Vec::new();
+                for entry in entries {
+                    match entry {
+                        Ok(entry) => {
+                            if let Ok(name) = entry.file_name().into_string() {
+                                names.push(name);
+                            }
+                        }
+                        Err(err) => self.record(ctx, io_kind(&err), err.to_string()),
+                    }
+                }
+                Some(names)
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+            Err(err) => {
+                self.record(ctx, io_kind(&err), err.to_string());
+                None
+            }
+        }
+    }
+
+    /// Read one device; the current path is the class directory.
+    pub(crate) fn device(&mut self, name: String) -> Device {
+        self.path.push(&name);
+        let ctx = Ctx {
+            device: &name,
+            port: None,
+        };
+        let node_type = self.parsed(ctx, "node_type", parse::parse_enumerated);
+        let node_guid = self.text(ctx, "node_guid");
+        let sys_image_guid = self.text(ctx, "sys_image_guid");
+        let fw_ver = self.text(ctx, "fw_ver");
+        let hca_type = self.text(ctx, "hca_type");
+        let board_id = self.text(ctx, "board_id");
+        let parent = self.link_basename(ctx, "device");
+        let driver = if parent.is_some() {
+            self.path.push("device");
+            let driver = self.link_basename(ctx, "driver");
+            self.path.pop();
+            driver
+        } else {
+            None
+        };
+        let pci_addr = parent.filter(|p| parse::is_pci_addr(p));
+
+        let mut ports = Vec::new();
+        self.path.push("ports");
+        if let Some(entries) = self.list(ctx) {
+            let mut nums: Vec<(u32, String)> = entries
+                .into_iter()
+                .filter_map(|n| n.parse::<u32>().ok().map(|num| (num, n)))
+                .collect();
+            nums.sort_unstable();
+            for (num, dir) in nums {
+                ports.push(self.port(&name, num, &dir));
+            }
+        }
+        self.path.pop();
+
+        let mut hw_counters = Vec::new();
+        self.counters(ctx, CounterSource::DeviceHw, &mut hw_counters);
+        self.path.pop();
+
+        Device {
+            name,
+            node_type,
+            node_guid,
+            sys_image_guid,
+            fw_ver,
+            hca_type,
+            board_id,
+            driver,
+            pci_addr,
+            ports,
+            hw_counters,
+        }
+    }
+
+    /// Read one port; the current path is `<dev>/ports`.
+    fn port(&mut self, device: &str, num: u32, dir: &str) -> Port {
+        self.path.push(dir);
+        let ctx = Ctx {
+            device,
+            port: Some(num),
+        };
+        let state = self.parsed(ctx, "state", parse::parse_enumerated);
+        let phys_state = self.parsed(ctx, "phys_state", parse::parse_enumerated);
+        let rate = self.text(ctx, "rate").map(|text| parse::parse_rate(&text));
+        let link_layer = self.text(ctx, "link_layer");
+        let lid = self.parsed(ctx, "lid", parse::parse_lid);
+        let sm_lid = self.parsed(ctx, "sm_lid", parse::parse_lid);
+        let gids = if self.options.gids {
+            self.gids(ctx)
+        } else {
+            Vec::new()
+        };
+        let netdev = gids.iter().find_map(|g| g.netdev.clone());
+        let mut counters = Vec::new();
+        self.counters(ctx, CounterSource::Pma, &mut counters);
+        self.counters(ctx, CounterSource::Hw, &mut counters);
+        self.path.pop();
+        Port {
+            num,
+            state,
+            phys_state,
+            rate,
+            link_layer,
+            lid,
+            sm_lid,
+            gids,
+            netdev,
+            counters,
+        }
+    }
+
+    /// The populated GID entries of the current port directory.
+    fn gids(&mut self, ctx: Ctx<'_>) -> Vec<Gid> {
+        self.path.push("gids");
+        let entries = self.list(ctx);
+        let mut gids = Vec::new();
+        let Some(entries) = entries else {
+            self.path.pop();
+            return gids;
+        };
+        let mut indices: Vec<(u32, String)> = entries
+            .into_iter()
+            .filter_map(|n| n.parse::<u32>().ok().map(|i| (i, n)))
+            .collect();
+        indices.sort_unstable();
+        for (index, file) in &indices {
+            self.path.push(file);
+            let gid = match self.attr.read(self.path.as_path()) {
+                Ok(bytes) => match std::str::from_utf8(bytes).ok().and_then(parse::parse_gid) {
+                    Some(gid) => Some(gid),
+                    None => {
+                        let detail = parse::excerpt(bytes);
+                        self.record(ctx, SourceErrorKind::Unparsable, detail);
+                        None
+                    }
+                },
+                // Unused entries fail with EINVAL on real kernels: not a problem.
+                Err(ReadFailure::Os(err)) if err.kind() == io::ErrorKind::InvalidInput => None,
+                Err(failure) => {
+                    self.record_failure(ctx, failure);
+                    None
+                }
+            };
+            self.path.pop();
+            if let Some(gid) = gid.filter(|g| !g.is_unspecified()) {
+                gids.push(Gid {
+                    index: *index,
+                    gid: gid.to_string(),
+                    gid_type: None,
+                    netdev: None,
+                });
+            }
+        }
+        self.path.pop();
+        if gids.is_empty() {
+            return gids;
+        }
+        self.path.push("gid_attrs");
+        for gid in &mut gids {
+            let file = gid.index.to_string();
+            gid.gid_type = self.gid_attr(ctx, "types", &file);
+            gid.netdev = self.gid_attr(ctx, "ndevs", &file);
+        }
+        self.path.pop();
+        gids
+    }
+
+    /// `gid_attrs/<dir>/<file>`: absent and EINVAL (no attribute, e.g. no netdev on
+    /// InfiniBand) are `None` without an error.
+    fn gid_attr(&mut self, ctx: Ctx<'_>, dir: &str, file: &str) -> Option<String> {
+        self.path.push(dir);
+        self.path.push(file);
+        let value = match self.attr.read(self.path.as_path()) {
+            Ok(bytes) => match std::str::from_utf8(parse::trim(bytes)) {
+                Ok("") => None,
+                Ok(text) => Some(text.to_owned()),
+                Err(_) => {
+                    let detail = parse::excerpt(bytes);
+                    self.record(ctx, SourceErrorKind::Unparsable, detail);
+                    None
+                }
+            },
+            Err(ReadFailure::Os(err)) if err.kind() == io::ErrorKind::InvalidInput => None,
+            Err(failure) => {
+                self.record_failure(ctx, failure);
+                None
+            }
+        };
+        self.path.pop();
+        self.path.pop();
+        value
+    }
+
+    /// Every file of the `source` counter directory under the current path, in name order,
+    /// appended to `out`.
+    fn counters(&mut self, ctx: Ctx<'_>, source: CounterSource, out: &mut Vec<Counter>) {
+        if !self.options.counters {
+            return;
+        }
+        self.path.push(source.dir_name());
+        let Some(mut names) = self.list(ctx) else {
+            self.path.pop();
+            return;
+        };
+        // Sorted before reading, so counters and errors come out in a stable order.
+        names.sort_unstable();
+        out.reserve(names.len());
+        for name in names {
+            self.path.push(&name);
+            match self.attr.read(self.path.as_path()) {
+                Ok(bytes) => match parse::parse_u64(bytes) {
+                    Some(value) => out.push(Counter::new(name, source, value)),
+                    None => {
+                        let content = parse::trim(bytes);
+                        let kind = if content.starts_with(b"N/A") {
+                            SourceErrorKind::NotAvailable
+                        } else {
+                            SourceErrorKind::Unparsable
+                        };
+                        let detail = parse::excerpt(content);
+                        self.record(ctx, kind, detail);
+                    }
+                },
+                Err(failure) => self.record_failure(ctx, failure),
+            }
+            self.path.pop();
+        }
+        self.path.pop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_errors_map_to_kinds() {
+        // EINVAL (what real kernels return for counters a device cannot report), EISDIR, EACCES.
+        let kind = |errno| io_kind(&io::Error::from_raw_os_error(errno));
+        assert_eq!(kind(22), SourceErrorKind::InvalidArgument);
+        assert_eq!(kind(21), SourceErrorKind::IsDirectory);
+        assert_eq!(kind(13), SourceErrorKind::PermissionDenied);
+        assert_eq!(kind(5), SourceErrorKind::Io);
+    }
+
+    #[test]
+    fn path_stack_push_pop() {
+        let mut p = PathStack::new(PathBuf::from("/sys/class/infiniband"));
+        p.push("mlx5_0");
+        p.push("ports");
+        assert_eq!(p.as_path(), Path::new("/sys/class/infiniband/mlx5_0/ports"));
+        p.pop();
+        p.push("hw_counters");
+        assert_eq!(
+            p.as_path(),
+            Path::new("/sys/class/infiniband/mlx5_0/hw_counters")
+        );
+        p.pop();
+        p.pop();
+        p.pop();
+        assert_eq!(p.as_path(), Path::new("/sys/class/infiniband"));
+        let mut root = PathStack::new(PathBuf::from("/"));
+        root.push("sys");
+        assert_eq!(root.as_path(), Path::new("/sys"));
+    }
+}
