@@ -1,0 +1,61 @@
+//! Shared helpers of the benchmark binaries: timing, medians, and the synthetic sysfs tree.
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Median of some durations (the mean of the middle two for an even count).
+pub fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    let n = v.len();
+    match n {
+        0 => Duration::ZERO,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2,
+    }
+}
+
+/// Time one call.
+pub fn time(f: impl FnOnce()) -> Duration {
+    let start = Instant::now();
+    f();
+    start.elapsed()
+}
+
+/// Write `gen-sysfs.py OUT --devices N` (the script from ../shared/bench, or RDMA_GEN_SYSFS).
+pub fn synthetic_sysfs(devices: u32) -> anyhow::Result<PathBuf> {
+    let script = std::env::var_os("RDMA_GEN_SYSFS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/bench/gen-sysfs.py")
+        });
+    anyhow::ensure!(
+        script.is_file(),
+        "{} not found (set RDMA_GEN_SYSFS)",
+        script.display()
+    );
+    let root = std::env::temp_dir().join(format!("rdma-bench-sysfs-{devices}"));
+    let _ = std::fs::remove_dir_all(&root);
+    let status = Command::new("python3")
+        .arg(&script)
+        .arg(&root)
+        .args(["--devices", &devices.to_string()])
+        .status()?;
+    anyhow::ensure!(status.success(), "gen-sysfs.py failed");
+    Ok(root)
+}
+
+/// Every regular file below `dir`.
+pub fn all_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            all_files(&path, out)?;
+        } else {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
