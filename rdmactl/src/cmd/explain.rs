@@ -3,11 +3,14 @@
 //!
 //! `rdmactl explain NAME [--driver D] [--json]` describes one counter (every family that has
 //! it when no driver is given); `rdmactl explain --all [--driver D]` lists the catalog. An
-//! unknown name prints up to three close names and exits 1. Showing the counter's current
-//! value on this host is left for when the sysfs reader lands: see [`host_values`].
+//! unknown name prints up to three close names and exits 1. When this host has the counter,
+//! its current value on every device/port is shown too (read from `--path.sysfs`).
 
 use crate::exit;
 use rdmakit::catalog::{Catalog, CounterInfo, Kind, Lookup, Overflow};
+use rdmakit::doctor::family_of;
+use rdmakit::sysfs::SysfsReader;
+use rdmakit::Snapshot;
 use serde::Serialize;
 use std::io::Write;
 use std::process::ExitCode;
@@ -36,6 +39,9 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Where sysfs is mounted (for the counter's current value on this host).
+    #[arg(long = "path.sysfs", value_name = "PATH", default_value = "/sys")]
+    pub path_sysfs: std::path::PathBuf,
 }
 
 /// The JSON answer for one NAME.
@@ -51,6 +57,8 @@ struct Explanation<'a> {
     matches: Vec<&'a CounterInfo>,
     /// Close names when `matches` is empty.
     suggestions: Vec<&'a str>,
+    /// Current values on this host: (`device/port`, value), for the matched counters.
+    host_values: Vec<(String, u64)>,
 }
 
 /// Runs `rdmactl explain`.
@@ -64,11 +72,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     // clap guarantees NAME when --all is absent.
     let name = args.name.as_deref().unwrap_or_default();
-    explain(catalog, name, args.driver.as_deref(), args.json, &mut out)
+    // No RDMA device (or no sysfs) is fine here: the catalog answers anyway.
+    let snapshot = SysfsReader::new(&args.path_sysfs)
+        .snapshot()
+        .unwrap_or_default();
+    explain(
+        catalog,
+        &snapshot,
+        name,
+        args.driver.as_deref(),
+        args.json,
+        &mut out,
+    )
 }
 
 fn explain(
     catalog: &Catalog,
+    snapshot: &Snapshot,
     name: &str,
     driver: Option<&str>,
     json: bool,
@@ -92,6 +112,10 @@ fn explain(
             from_other_families,
             matches: matches.clone(),
             suggestions: suggestions.clone(),
+            host_values: matches
+                .iter()
+                .flat_map(|info| host_values(catalog, snapshot, info))
+                .collect(),
         };
         serde_json::to_writer_pretty(&mut *out, &answer)?;
         writeln!(out)?;
@@ -114,7 +138,7 @@ fn explain(
             if i > 0 {
                 writeln!(out)?;
             }
-            describe(info, out)?;
+            describe(info, &host_values(catalog, snapshot, info), out)?;
         }
     }
     out.flush()?;
@@ -125,16 +149,37 @@ fn explain(
     }))
 }
 
-/// The value of this counter on this host, one entry per (device, port) that has it.
-///
-/// Seam for later: once the sysfs reader lands in rdmakit, read the snapshot here and return
-/// the live values, so `explain` can print "on this host: mlx5_0/1 = 1234". Until then there
-/// are none and nothing is printed.
-fn host_values(_info: &CounterInfo) -> Vec<(String, u64)> {
-    Vec::new()
+/// The value of this counter on this host, one entry per (device, port) that has it: a
+/// device's counters belong to the family its driver (or name) maps to.
+fn host_values(catalog: &Catalog, snapshot: &Snapshot, info: &CounterInfo) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for dev in &snapshot.devices {
+        let driver = dev.driver.as_deref();
+        for port in &dev.ports {
+            for c in port.counters.iter().filter(|c| c.name == info.name) {
+                if family_of(catalog, c.source, driver, &dev.name).as_deref()
+                    == Some(info.driver.as_str())
+                {
+                    out.push((format!("{}/{}", dev.name, port.num), c.value));
+                }
+            }
+        }
+        for c in dev.hw_counters.iter().filter(|c| c.name == info.name) {
+            if family_of(catalog, c.source, driver, &dev.name).as_deref()
+                == Some(info.driver.as_str())
+            {
+                out.push((dev.name.clone(), c.value));
+            }
+        }
+    }
+    out
 }
 
-fn describe(info: &CounterInfo, out: &mut impl Write) -> std::io::Result<()> {
+fn describe(
+    info: &CounterInfo,
+    values: &[(String, u64)],
+    out: &mut impl Write,
+) -> std::io::Result<()> {
     writeln!(out, "{}/{}  [{}]", info.driver, info.name, info.severity)?;
     writeln!(out, "  {}", info.summary)?;
     writeln!(out)?;
@@ -152,7 +197,7 @@ fn describe(info: &CounterInfo, out: &mut impl Write) -> std::io::Result<()> {
         writeln!(out)?;
         writeln!(out, "Learn more")?;
         if let Some(experiment) = info.experiment {
-            writeln!(out, "  see it move:  rdmactl experiment {experiment}")?;
+            writeln!(out, "  see it move:  rdmactl experiment run {experiment}")?;
         }
         if let Some(lesson) = info.lesson {
             writeln!(
@@ -162,7 +207,7 @@ fn describe(info: &CounterInfo, out: &mut impl Write) -> std::io::Result<()> {
             )?;
         }
     }
-    let values = host_values(info);
+
     if !values.is_empty() {
         writeln!(out)?;
         writeln!(out, "On this host")?;
@@ -307,7 +352,15 @@ mod tests {
 
     fn text_of(name: &str, driver: Option<&str>) -> (String, ExitCode) {
         let mut buf = Vec::new();
-        let code = explain(catalog(), name, driver, false, &mut buf).expect("runs");
+        let code = explain(
+            catalog(),
+            &Snapshot::default(),
+            name,
+            driver,
+            false,
+            &mut buf,
+        )
+        .expect("runs");
         (String::from_utf8(buf).expect("utf-8"), code)
     }
 
@@ -323,7 +376,7 @@ mod tests {
             "ports/<n>/hw_counters/retry_exceeded_err",
             "Likely causes",
             "What to check next",
-            "rdmactl experiment qp-errors",
+            "rdmactl experiment run qp-errors",
             "lesson 8 (error-handling)",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
@@ -344,7 +397,15 @@ mod tests {
         let (_, code) = text_of("out_of_bufer", None);
         assert_eq!(code, ExitCode::from(exit::FAILURE));
         let mut buf = Vec::new();
-        let code = explain(catalog(), "out_of_bufer", None, true, &mut buf).unwrap();
+        let code = explain(
+            catalog(),
+            &Snapshot::default(),
+            "out_of_bufer",
+            None,
+            true,
+            &mut buf,
+        )
+        .unwrap();
         assert_eq!(code, ExitCode::from(exit::FAILURE));
         let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
         assert_eq!(v["matches"].as_array().map(Vec::len), Some(0));
@@ -354,7 +415,15 @@ mod tests {
     #[test]
     fn json_carries_the_catalog_fields() {
         let mut buf = Vec::new();
-        explain(catalog(), "port_xmit_data", None, true, &mut buf).unwrap();
+        explain(
+            catalog(),
+            &Snapshot::default(),
+            "port_xmit_data",
+            None,
+            true,
+            &mut buf,
+        )
+        .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
         let m = &v["matches"][0];
         assert_eq!(m["driver"], "ib_pma");
@@ -383,5 +452,32 @@ mod tests {
         let lines = wrap("aaa bbb ccc ddd", 7);
         assert_eq!(lines, vec!["aaa bbb", "ccc ddd"]);
         assert!(wrap("", 10).is_empty());
+    }
+
+    #[test]
+    fn host_values_come_from_the_matching_family_only() {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sysfs/rxe");
+        let snap = SysfsReader::new(&root).snapshot().expect("fixture reads");
+        let cat = catalog();
+        let rxe = cat.get("rxe", "duplicate_request").expect("rxe entry");
+        let values = host_values(cat, &snap, rxe);
+        assert_eq!(values.len(), 1, "{values:?}");
+        assert_eq!(values[0].0, "rxe0/1");
+        // The mlx5 entry of the same name must not claim rxe's file.
+        let mlx5 = cat.get("mlx5", "duplicate_request").expect("mlx5 entry");
+        assert!(host_values(cat, &snap, mlx5).is_empty());
+        let mut buf = Vec::new();
+        explain(
+            cat,
+            &snap,
+            "duplicate_request",
+            Some("rxe"),
+            false,
+            &mut buf,
+        )
+        .unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(text.contains("On this host\n  rxe0/1 = "), "{text}");
     }
 }

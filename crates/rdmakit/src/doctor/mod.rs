@@ -9,7 +9,7 @@
 mod delta;
 mod rules;
 
-pub use delta::{deltas, CounterDelta, Movement};
+pub use delta::{deltas, family_of, CounterDelta, Movement};
 pub use rules::{Rule, RuleError, Rules};
 
 use serde::Serialize;
