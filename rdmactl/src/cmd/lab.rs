@@ -230,6 +230,55 @@ fn project_binaries(vm: &VmArgs, workspace: Option<&Path>) -> Result<Vec<(PathBu
     Ok(files)
 }
 
+/// The course's C examples (lessons/code), compiled on the host by tests/lessons-build into
+/// target/lessons-bin and placed in /opt/rdma/examples (on the guest's PATH). Needs gcc and
+/// libibverbs-dev/librdmacm-dev; when they are missing the lab still boots, without examples.
+fn course_examples(workspace: Option<&Path>) -> Vec<(PathBuf, String)> {
+    let Some(ws) = workspace else {
+        return Vec::new();
+    };
+    let script = ws.join("tests/lessons-build");
+    if !script.is_file() {
+        return Vec::new();
+    }
+    progress("building the course's C examples (tests/lessons-build)");
+    let out = Command::new(&script)
+        .current_dir(ws)
+        .stdin(Stdio::null())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let last: Vec<&str> = err.lines().rev().take(3).collect();
+            progress(&format!(
+                "C examples not built (needs gcc, make, libibverbs-dev, librdmacm-dev): {}",
+                last.into_iter().rev().collect::<Vec<_>>().join(" / ")
+            ));
+            return Vec::new();
+        }
+        Err(e) => {
+            progress(&format!("C examples not built: {e}"));
+            return Vec::new();
+        }
+    }
+    let dir = ws.join("target/lessons-bin");
+    let mut files: Vec<(PathBuf, String)> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_file())
+                .filter_map(|p| {
+                    let name = p.file_name()?.to_str()?.to_string();
+                    Some((p, format!("/opt/rdma/examples/{name}")))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
 fn parse_add(spec: &str) -> Result<(PathBuf, String)> {
     let (host, guest) = match spec.split_once(':') {
         Some((h, g)) => (PathBuf::from(h), g.to_string()),
@@ -273,7 +322,8 @@ fn exit_code(code: i32) -> ExitCode {
 fn run_cmd(a: RunArgs) -> Result<ExitCode> {
     let (cache, workspace) = locate()?;
     let base = build_image(&cache)?;
-    let bins = project_binaries(&a.vm, workspace.as_deref())?;
+    let mut bins = project_binaries(&a.vm, workspace.as_deref())?;
+    bins.extend(course_examples(workspace.as_deref()));
     let mut spec = spec_from(&a.vm, bins)?;
     spec.mode = Mode::Run(a.command.clone());
     spec.rxe = !a.no_rxe;
@@ -307,7 +357,8 @@ fn free_port(want: u16) -> Result<u16> {
 fn up(a: UpArgs) -> Result<ExitCode> {
     let (cache, workspace) = locate()?;
     let base = build_image(&cache)?;
-    let bins = project_binaries(&a.vm, workspace.as_deref())?;
+    let mut bins = project_binaries(&a.vm, workspace.as_deref())?;
+    bins.extend(course_examples(workspace.as_deref()));
     let mut spec = spec_from(&a.vm, bins)?;
     let port = free_port(a.port)?;
     spec.mode = Mode::Shell;
@@ -437,6 +488,7 @@ fn test(a: TestArgs) -> Result<ExitCode> {
         bin_dir: None,
     };
     let mut files = project_binaries(&vm_args, Some(&ws))?;
+    files.extend(course_examples(Some(&ws)));
     let mut bins = build_live_tests(&ws)?;
     if let Some(only) = &a.only {
         bins.retain(|b| b.name.contains(only.as_str()));
