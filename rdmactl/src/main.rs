@@ -35,7 +35,11 @@ enum Command {
     /// Sample counters twice (or compare two saved snapshots) and explain what moved.
     Doctor(cmd::doctor::Args),
     /// Show RDMA devices and ports as the verbs layer sees them.
+    #[cfg(feature = "verbs")]
     Verbs(cmd::verbs::Args),
+    /// Show RDMA devices and ports as the verbs layer sees them (not in this build).
+    #[cfg(not(feature = "verbs"))]
+    Verbs(cmd::WithoutVerbs),
     /// The Soft-RoCE lab: a qemu VM with a real rxe device (`lab up`, `lab run -- CMD`).
     Lab(cmd::lab::Args),
 }
@@ -53,7 +57,10 @@ fn main() -> ExitCode {
         Command::Lab(args) => cmd::lab::run(args),
         Command::Devices(args) => cmd::devices::run(args),
         Command::Counters(args) => cmd::counters::run(args),
+        #[cfg(feature = "verbs")]
         Command::Verbs(args) => cmd::verbs::run(args),
+        #[cfg(not(feature = "verbs"))]
+        Command::Verbs(_) => cmd::without_verbs("verbs"),
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Explain(args) => cmd::explain::run(args),
     };

@@ -84,6 +84,103 @@ pub fn ensure_tools(progress: &Progress) -> Result<(), LabError> {
     Ok(())
 }
 
+/// True when libclang (for bindgen) is installed where clang-sys looks for it.
+fn has_libclang() -> bool {
+    let dirs = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+        "/usr/local/lib",
+    ];
+    let llvm = std::fs::read_dir("/usr/lib")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .map(|n| n.starts_with("llvm-"))
+                        .unwrap_or(false)
+                })
+                .map(|p| p.join("lib"))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    dirs.iter()
+        .map(PathBuf::from)
+        .chain(llvm)
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|rd| rd.flatten())
+        .any(|e| e.file_name().to_string_lossy().starts_with("libclang"))
+}
+
+/// What building the verbs-enabled binaries for the VM needs: cmake and libclang
+/// (rdma-mummy-sys builds its libibverbs loader with them) and a C compiler. Installed when
+/// running as root on Debian/Ubuntu, else named exactly.
+pub fn ensure_build_tools(progress: &Progress) -> Result<(), LabError> {
+    let mut pkgs = Vec::new();
+    if which("cmake").is_none() {
+        pkgs.push("cmake");
+    }
+    if !has_libclang() {
+        pkgs.extend(["clang", "libclang-dev"]);
+    }
+    if which("cc").is_none() {
+        pkgs.push("gcc");
+    }
+    install_or_explain(
+        progress,
+        &pkgs,
+        "the lab's binaries (rdma-mummy-sys needs cmake and libclang)",
+    )
+}
+
+/// What compiling the course's C examples needs. Returns false (after saying why) when it
+/// is missing and cannot be installed here; the lab then boots without the examples.
+pub fn ensure_c_example_tools(progress: &Progress) -> bool {
+    let mut pkgs = Vec::new();
+    if which("make").is_none() {
+        pkgs.push("make");
+    }
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        pkgs.push("libibverbs-dev");
+    }
+    if !Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        pkgs.push("librdmacm-dev");
+    }
+    match install_or_explain(progress, &pkgs, "the course's C examples") {
+        Ok(()) => true,
+        Err(e) => {
+            progress(&format!("{e}; booting without the C examples"));
+            false
+        }
+    }
+}
+
+fn install_or_explain(progress: &Progress, pkgs: &[&str], what: &str) -> Result<(), LabError> {
+    if pkgs.is_empty() {
+        return Ok(());
+    }
+    let install = format!(
+        "sudo apt-get install --no-install-recommends {}",
+        pkgs.join(" ")
+    );
+    if !(is_root() && is_debian_like() && which("apt-get").is_some()) {
+        return Err(LabError::MissingTool {
+            tool: format!("{} (for {what})", pkgs.join(", ")),
+            install,
+        });
+    }
+    progress(&format!(
+        "installing {} for {what} (running as root)",
+        pkgs.join(" ")
+    ));
+    run_quiet("apt-get", &["update"], None)?;
+    let mut args = vec!["install", "-y", "--no-install-recommends"];
+    args.extend(pkgs.iter().copied());
+    run_quiet("apt-get", &args, None).map(|_| ())
+}
+
 /// Run a command, keeping its output for the error message only.
 fn run_quiet(cmd: &str, args: &[&str], dir: Option<&Path>) -> Result<String, LabError> {
     let mut c = Command::new(cmd);

@@ -172,6 +172,17 @@ fn find_workspace() -> Option<PathBuf> {
     None
 }
 
+/// What the VM gets: both binaries with every verbs-based feature on. Cargo keeps one
+/// artifact per feature set, so switching between this and the default build relinks nothing.
+const VM_BUILD: &[&str] = &[
+    "-p",
+    "rdmad",
+    "-p",
+    "rdmactl",
+    "--features",
+    "rdmactl/verbs",
+];
+
 /// "release" when this rdmactl is a release build, else "debug".
 fn profile() -> &'static str {
     if cfg!(debug_assertions) {
@@ -207,11 +218,12 @@ fn project_binaries(vm: &VmArgs, workspace: Option<&Path>) -> Result<Vec<(PathBu
     let dir = if let Some(d) = &vm.bin_dir {
         d.clone()
     } else if let Some(ws) = workspace {
+        rdma_lab::host::ensure_build_tools(&progress)?;
         progress(&format!(
-            "building rdmad and rdmactl ({} profile)",
+            "building rdmad and rdmactl with verbs support ({} profile)",
             profile()
         ));
-        cargo_build(ws, &["-p", "rdmad", "-p", "rdmactl"])?;
+        cargo_build(ws, VM_BUILD)?;
         ws.join("target").join(profile())
     } else {
         std::env::current_exe()?
@@ -238,7 +250,7 @@ fn course_examples(workspace: Option<&Path>) -> Vec<(PathBuf, String)> {
         return Vec::new();
     };
     let script = ws.join("tests/lessons-build");
-    if !script.is_file() {
+    if !script.is_file() || !rdma_lab::host::ensure_c_example_tools(&progress) {
         return Vec::new();
     }
     progress("building the course's C examples (tests/lessons-build)");
