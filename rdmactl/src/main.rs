@@ -30,6 +30,10 @@ enum Command {
     Devices(cmd::devices::Args),
     /// Show RDMA counters (IB PMA, driver hw_counters, device-level), once or as rates.
     Counters(cmd::counters::Args),
+    /// Show RDMA resources (QPs, CQs, MRs, PDs, CM IDs, contexts, SRQs) like `rdma res show`.
+    Resources(cmd::resources::Args),
+    /// Print RDMA device and link events as they come (Ctrl-C ends).
+    Monitor(cmd::monitor::Args),
     /// Explain an RDMA counter: what it counts, likely causes, what to check next.
     Explain(cmd::explain::Args),
     /// Sample counters twice (or compare two saved snapshots) and explain what moved.
@@ -62,6 +66,8 @@ fn main() -> ExitCode {
         #[cfg(not(feature = "verbs"))]
         Command::Verbs(_) => cmd::without_verbs("verbs"),
         Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Resources(args) => cmd::resources::run(args),
+        Command::Monitor(args) => cmd::monitor::run(args),
         Command::Explain(args) => cmd::explain::run(args),
     };
     match result {

@@ -8,6 +8,7 @@
 pub mod catalog;
 pub mod doctor;
 pub mod model;
+pub mod nldev;
 pub mod sysfs;
 
 pub use model::Snapshot;

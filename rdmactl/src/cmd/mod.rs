@@ -4,6 +4,8 @@ pub mod devices;
 pub mod doctor;
 pub mod explain;
 pub mod lab;
+pub mod monitor;
+pub mod resources;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
