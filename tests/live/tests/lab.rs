@@ -109,8 +109,12 @@ fn rdmad_once_sees_every_lab_device() {
         .expect("/sys/class/infiniband exists in the lab")
         .count();
     assert!(devices >= 3, "expected rxe0, rxe_a, rxe_b; found {devices}");
-    assert!(
-        text.lines().any(|l| l == format!("rdma_devices {devices}")),
-        "rdma_devices {devices} not in:\n{text}"
+    let info_lines = text
+        .lines()
+        .filter(|l| l.starts_with("rdma_device_info{"))
+        .count();
+    assert_eq!(
+        info_lines, devices,
+        "one rdma_device_info per device expected in:\n{text}"
     );
 }

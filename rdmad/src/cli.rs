@@ -1,0 +1,382 @@
+//! Command-line flags in node_exporter style, and their merge with the config file.
+//!
+//! The fixed flags are declared with clap's derive ([`Flags`]); `--collector.<name>` and
+//! `--no-collector.<name>` are generated from the collector table, so adding a collector adds
+//! its flags, env variable and config key. Precedence, per setting: command line, then the
+//! `RDMAD_*` environment variable, then the `--config` file, then the default.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::builder::BoolishValueParser;
+use clap::parser::ValueSource;
+use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
+
+use crate::collector::TABLE;
+use crate::config::{self, FileConfig};
+
+/// The default port: not used by node_exporter (9100), rdma_exporter (9879) or the other
+/// RDMA exporters we know of (9315, 9683).
+pub const DEFAULT_PORT: u16 = 9736;
+
+/// rdmad: RDMA devices and counters as Prometheus metrics.
+#[derive(Args, Debug, Clone)]
+pub struct Flags {
+    /// Address to listen on: HOST:PORT, or :PORT for every interface.
+    #[arg(
+        long = "web.listen-address",
+        env = "RDMAD_WEB_LISTEN_ADDRESS",
+        default_value = ":9736",
+        value_name = "ADDRESS"
+    )]
+    pub listen_address: String,
+    /// Most scrapes served at once; more get 503 (a scrape reads sysfs on a blocking thread).
+    #[arg(
+        long = "web.max-requests",
+        env = "RDMAD_WEB_MAX_REQUESTS",
+        default_value_t = 40,
+        value_parser = clap::value_parser!(u32).range(1..),
+        value_name = "N"
+    )]
+    pub max_requests: u32,
+    /// Where sysfs is mounted (devices are under PATH/class/infiniband).
+    #[arg(
+        long = "path.sysfs",
+        env = "RDMAD_PATH_SYSFS",
+        default_value = "/sys",
+        value_name = "PATH"
+    )]
+    pub sysfs: PathBuf,
+    /// Only read devices whose whole name matches this regular expression.
+    #[arg(
+        long = "collector.device-include",
+        env = "RDMAD_COLLECTOR_DEVICE_INCLUDE",
+        value_name = "REGEX"
+    )]
+    pub device_include: Option<String>,
+    /// Never read devices whose whole name matches this regular expression (applied before
+    /// any file of the device is opened).
+    #[arg(
+        long = "collector.device-exclude",
+        env = "RDMAD_COLLECTOR_DEVICE_EXCLUDE",
+        value_name = "REGEX"
+    )]
+    pub device_exclude: Option<String>,
+    /// Disable every collector that is not enabled explicitly.
+    #[arg(
+        long = "collector.disable-defaults",
+        env = "RDMAD_COLLECTOR_DISABLE_DEFAULTS",
+        value_parser = BoolishValueParser::new(),
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value = "false",
+        value_name = "BOOL"
+    )]
+    pub disable_defaults: bool,
+    /// A TOML file with the same settings as the flags (keys are flag names); flags and
+    /// RDMAD_* variables override it.
+    #[arg(long = "config", env = "RDMAD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print one exposition (text format 0.0.4) to stdout and exit.
+    #[arg(long)]
+    pub once: bool,
+}
+
+/// The resolved settings rdmad runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `--web.listen-address`.
+    pub listen_address: String,
+    /// `--web.max-requests`.
+    pub max_requests: usize,
+    /// `--path.sysfs`.
+    pub sysfs: PathBuf,
+    /// `--collector.device-include`.
+    pub device_include: Option<String>,
+    /// `--collector.device-exclude`.
+    pub device_exclude: Option<String>,
+    /// Enabled collectors, in table order.
+    pub collectors: Vec<&'static str>,
+    /// `--once`.
+    pub once: bool,
+}
+
+fn enable_id(name: &str) -> String {
+    format!("collector.{name}")
+}
+
+fn disable_id(name: &str) -> String {
+    format!("no-collector.{name}")
+}
+
+/// The env variable of `--collector.<name>`.
+pub fn collector_env(name: &str) -> String {
+    format!("RDMAD_COLLECTOR_{}", name.to_ascii_uppercase())
+}
+
+/// The full command: fixed flags plus the generated collector flags.
+pub fn command() -> Command {
+    let mut cmd = Flags::augment_args(
+        Command::new("rdmad")
+            .version(env!("CARGO_PKG_VERSION"))
+            .about("rdmad: RDMA devices and counters as Prometheus metrics")
+            .after_help(
+                "Exit codes: 0 clean exit, 1 failure (bad setting, cannot listen), 2 usage error.",
+            ),
+    );
+    for spec in TABLE {
+        let default = if spec.default_enabled {
+            "enabled"
+        } else {
+            "disabled"
+        };
+        cmd = cmd
+            .arg(
+                Arg::new(enable_id(spec.name))
+                    .long(enable_id(spec.name))
+                    .env(collector_env(spec.name))
+                    .help(format!(
+                        "Enable the {} collector: {} (default: {default})",
+                        spec.name, spec.help
+                    ))
+                    .value_parser(BoolishValueParser::new())
+                    .num_args(0..=1)
+                    .require_equals(true)
+                    .default_missing_value("true")
+                    .value_name("BOOL")
+                    .action(ArgAction::Set),
+            )
+            .arg(
+                Arg::new(disable_id(spec.name))
+                    .long(disable_id(spec.name))
+                    .help(format!("Disable the {} collector", spec.name))
+                    .action(ArgAction::SetTrue),
+            );
+    }
+    cmd
+}
+
+/// Whether a value came from the command line or the environment (not a default).
+fn explicit(matches: &ArgMatches, id: &str) -> bool {
+    matches!(
+        matches.value_source(id),
+        Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable)
+    )
+}
+
+/// Resolve flags, environment and the config file into [`Settings`].
+pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
+    let flags = Flags::from_arg_matches(matches).context("reading flags")?;
+    let file = match &flags.config {
+        Some(path) => config::load(path)?,
+        None => FileConfig::default(),
+    };
+    let pick = |id: &str, flag: &Option<String>, file: &Option<String>| {
+        if explicit(matches, id) {
+            flag.clone()
+        } else {
+            file.clone().or_else(|| flag.clone())
+        }
+    };
+    let listen_address = if explicit(matches, "listen_address") {
+        flags.listen_address.clone()
+    } else {
+        file.listen_address
+            .clone()
+            .unwrap_or(flags.listen_address.clone())
+    };
+    let max_requests = if explicit(matches, "max_requests") {
+        flags.max_requests as usize
+    } else {
+        file.max_requests.unwrap_or(flags.max_requests as usize)
+    };
+    let sysfs = if explicit(matches, "sysfs") {
+        flags.sysfs.clone()
+    } else {
+        file.sysfs.clone().unwrap_or(flags.sysfs.clone())
+    };
+    let disable_defaults = if explicit(matches, "disable_defaults") {
+        flags.disable_defaults
+    } else {
+        file.disable_defaults.unwrap_or(flags.disable_defaults)
+    };
+    let mut collectors = Vec::new();
+    for spec in TABLE {
+        let (on, off) = (enable_id(spec.name), disable_id(spec.name));
+        let on_index = matches
+            .index_of(&on)
+            .filter(|_| matches.value_source(&on) == Some(ValueSource::CommandLine));
+        let off_index = matches.index_of(&off).filter(|_| matches.get_flag(&off));
+        let from_file = file
+            .collectors
+            .iter()
+            .find(|(n, _)| *n == spec.name)
+            .map(|(_, b)| *b);
+        let enabled = match (on_index, off_index) {
+            // Both on the command line: the later one wins.
+            (Some(a), Some(b)) => {
+                if a > b {
+                    matches.get_one::<bool>(&on).copied().unwrap_or(true)
+                } else {
+                    false
+                }
+            }
+            (None, Some(_)) => false,
+            _ if explicit(matches, &on) => matches.get_one::<bool>(&on).copied().unwrap_or(true),
+            _ => from_file.unwrap_or(spec.default_enabled && !disable_defaults),
+        };
+        if enabled {
+            collectors.push(spec.name);
+        }
+    }
+    Ok(Settings {
+        listen_address,
+        max_requests,
+        sysfs,
+        device_include: pick(
+            "device_include",
+            &flags.device_include,
+            &file.device_include,
+        )
+        .filter(|s| !s.is_empty()),
+        device_exclude: pick(
+            "device_exclude",
+            &flags.device_exclude,
+            &file.device_exclude,
+        )
+        .filter(|s| !s.is_empty()),
+        collectors,
+        once: flags.once,
+    })
+}
+
+/// Parse `args` (including the program name) into settings; for tests and `main`.
+pub fn parse_from<I, T>(args: I) -> Result<Settings, ParseFailure>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = command()
+        .try_get_matches_from(args)
+        .map_err(ParseFailure::Usage)?;
+    resolve(&matches).map_err(ParseFailure::Invalid)
+}
+
+/// Why the command line could not be turned into settings.
+#[derive(Debug)]
+pub enum ParseFailure {
+    /// clap rejected it (or `--help` / `--version` was asked for): print and exit as clap says.
+    Usage(clap::Error),
+    /// A setting is invalid (config file, ...): exit 1.
+    Invalid(anyhow::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(args: &[&str]) -> Settings {
+        let mut all = vec!["rdmad"];
+        all.extend_from_slice(args);
+        match parse_from(all) {
+            Ok(s) => s,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let s = settings(&[]);
+        assert_eq!(s.listen_address, ":9736");
+        assert_eq!(s.sysfs, PathBuf::from("/sys"));
+        assert_eq!(
+            s.collectors,
+            vec!["sysfs_info", "sysfs_counters", "netlink_resources"]
+        );
+        assert_eq!(s.max_requests, 40);
+        assert!(!s.once);
+    }
+
+    #[test]
+    fn collector_flags_from_the_table() {
+        let s = settings(&["--no-collector.sysfs_counters"]);
+        assert_eq!(s.collectors, vec!["sysfs_info", "netlink_resources"]);
+        let s = settings(&["--collector.disable-defaults", "--collector.sysfs_counters"]);
+        assert_eq!(s.collectors, vec!["sysfs_counters"]);
+        let only_info = |args: &[&str]| {
+            let mut all = vec!["--collector.disable-defaults"];
+            all.extend_from_slice(args);
+            settings(&all).collectors
+        };
+        assert_eq!(
+            only_info(&["--no-collector.sysfs_info", "--collector.sysfs_info"]),
+            vec!["sysfs_info"],
+            "later wins"
+        );
+        assert!(
+            only_info(&["--collector.sysfs_info", "--no-collector.sysfs_info"]).is_empty(),
+            "later wins"
+        );
+        let s = settings(&["--collector.sysfs_info=false"]);
+        assert_eq!(s.collectors, vec!["sysfs_counters", "netlink_resources"]);
+    }
+
+    #[test]
+    fn unknown_collector_flag_is_a_usage_error() {
+        let err = parse_from(["rdmad", "--collector.nope"]).unwrap_err();
+        match err {
+            ParseFailure::Usage(e) => assert_eq!(e.exit_code(), 2),
+            ParseFailure::Invalid(e) => panic!("wanted a usage error, got {e}"),
+        }
+    }
+
+    #[test]
+    fn flags_override_the_file_and_the_file_overrides_defaults() {
+        let dir = std::env::temp_dir().join(format!("rdmad-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rdmad.toml");
+        std::fs::write(
+            &file,
+            "[web]\nlisten-address = \"127.0.0.1:1\"\n[path]\nsysfs = \"/from/file\"\n\
+             [collector]\nsysfs_counters = false\ndevice-exclude = \"mlx5_1\"\n",
+        )
+        .unwrap();
+        let f = file.to_str().unwrap();
+        let s = settings(&["--config", f]);
+        assert_eq!(s.listen_address, "127.0.0.1:1");
+        assert_eq!(s.sysfs, PathBuf::from("/from/file"));
+        assert_eq!(s.collectors, vec!["sysfs_info", "netlink_resources"]);
+        assert_eq!(s.device_exclude.as_deref(), Some("mlx5_1"));
+        let s = settings(&[
+            "--config",
+            f,
+            "--path.sysfs",
+            "/from/flag",
+            "--collector.sysfs_counters",
+            "--collector.device-exclude=",
+        ]);
+        assert_eq!(s.sysfs, PathBuf::from("/from/flag"));
+        assert_eq!(s.listen_address, "127.0.0.1:1");
+        assert_eq!(
+            s.collectors,
+            vec!["sysfs_info", "sysfs_counters", "netlink_resources"]
+        );
+        assert_eq!(
+            s.device_exclude, None,
+            "an empty flag clears the file's pattern"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_config_is_invalid_not_usage() {
+        let err = parse_from(["rdmad", "--config", "/nonexistent/rdmad.toml"]).unwrap_err();
+        match err {
+            ParseFailure::Invalid(e) => {
+                assert!(format!("{e:#}").contains("/nonexistent/rdmad.toml"))
+            }
+            ParseFailure::Usage(e) => panic!("wanted invalid, got usage {e}"),
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The `sysfs_counters` collector: EVERY counter file of every kept device, whatever the
+//! driver.
+//!
+//! Names follow [`crate::names`]: IB PMA files (`ports/<n>/counters/`) become
+//! `rdma_port_<name>_total{device,port}` (data in bytes), driver files
+//! (`ports/<n>/hw_counters/`) `rdma_port_hw_<name>_total{device,port}`, device-level driver
+//! files (`hw_counters/`) `rdma_device_hw_<name>_total{device}`; gauges drop `_total`. HELP
+//! text comes from the counter catalog ([`crate::help`]).
+//!
+//! Files that cannot be read or parsed (EINVAL, `N/A (no PMA)`, garbage, a directory) and
+//! files whose names cannot be exported (empty after sanitizing, or colliding with another
+//! file's metric) are counted in `rdma_sysfs_read_errors{collector="sysfs_counters",device}`,
+//! reported every scrape (0 when all is well), and logged at debug level with their path.
+//! The device filter is applied by the sysfs reader before any file of a device is opened;
+//! GID tables are not read.
+
+use anyhow::Context;
+use rdmakit::model::{Snapshot, SourceError};
+use rdmakit::sysfs::{ReadOptions, SysfsReader};
+
+use super::{Collector, CollectorConfig, CollectorSpec};
+use crate::metrics::{AddError, Kind, MetricSet, Value};
+use crate::{help, names};
+
+/// The table row.
+pub const SPEC: CollectorSpec = CollectorSpec {
+    name: "sysfs_counters",
+    help: "every file of counters/ and hw_counters/ (port and device level) from sysfs",
+    default_enabled: true,
+    build,
+};
+
+fn build(config: &CollectorConfig) -> Box<dyn Collector> {
+    Box::new(SysfsCounters {
+        reader: config.reader(ReadOptions {
+            gids: false,
+            counters: true,
+        }),
+    })
+}
+
+struct SysfsCounters {
+    reader: SysfsReader,
+}
+
+impl Collector for SysfsCounters {
+    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
+        let snapshot = self.reader.snapshot().context("reading sysfs")?;
+        let mut unexported: Vec<(String, String)> = Vec::new();
+        for device in &snapshot.devices {
+            let driver = device.driver.as_deref();
+            let mut export = |counter: &rdmakit::model::Counter, port: Option<u32>| {
+                let Some(metric) = names::counter_metric(counter) else {
+                    unexported.push((device.name.clone(), counter.name.clone()));
+                    return;
+                };
+                let mut labels = vec![("device", device.name.clone())];
+                if let Some(port) = port {
+                    labels.push(("port", port.to_string()));
+                }
+                let result = out.add(
+                    &metric.name,
+                    metric.kind,
+                    || help::counter_help(&device.name, driver, counter),
+                    labels,
+                    metric.value,
+                );
+                // Two files that map to one name: keep the first, count the second.
+                if result.is_err() {
+                    unexported.push((device.name.clone(), counter.name.clone()));
+                }
+            };
+            for port in &device.ports {
+                for counter in &port.counters {
+                    export(counter, Some(port.num));
+                }
+            }
+            for counter in &device.hw_counters {
+                export(counter, None);
+            }
+        }
+        for (device, file) in &unexported {
+            tracing::debug!(device, file, "counter file has no usable metric name");
+        }
+        let unexported: Vec<&str> = unexported.iter().map(|(d, _)| d.as_str()).collect();
+        report_read_errors(
+            out,
+            SPEC.name,
+            &snapshot,
+            |e| is_counter_path(&e.path),
+            &unexported,
+        )?;
+        Ok(())
+    }
+}
+
+/// Whether a sysfs error path is inside a counter directory.
+pub(crate) fn is_counter_path(path: &str) -> bool {
+    path.split('/')
+        .any(|part| part == "counters" || part == "hw_counters")
+}
+
+const READ_ERRORS: &str = "rdma_sysfs_read_errors";
+
+fn read_errors_help() -> String {
+    "Files a collector could not read, parse or export for a device in this scrape".into()
+}
+
+/// Write `rdma_sysfs_read_errors{collector,device}` for every device of the snapshot (0 when
+/// clean), counting the errors `relevant` selects (each logged at debug level) plus one per
+/// entry of `more` (device names of files the collector could not export).
+pub(crate) fn report_read_errors(
+    out: &mut MetricSet,
+    collector: &'static str,
+    snapshot: &Snapshot,
+    relevant: impl Fn(&SourceError) -> bool,
+    more: &[&str],
+) -> Result<(), AddError> {
+    let mut counts: Vec<(String, u64)> = snapshot
+        .devices
+        .iter()
+        .map(|d| (d.name.clone(), 0))
+        .collect();
+    let mut count = |device: &str| match counts.iter_mut().find(|(d, _)| d == device) {
+        Some((_, n)) => *n += 1,
+        None => counts.push((device.to_string(), 1)),
+    };
+    for error in snapshot.errors.iter().filter(|e| relevant(e)) {
+        tracing::debug!(collector, "{error}");
+        count(error.device.as_deref().unwrap_or_default());
+    }
+    for device in more {
+        count(device);
+    }
+    for (device, n) in counts {
+        out.add(
+            READ_ERRORS,
+            Kind::Gauge,
+            read_errors_help,
+            vec![("collector", collector.to_string()), ("device", device)],
+            Value::Int(n),
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Format;
+    use rdmakit::sysfs::DeviceFilter;
+    use std::path::PathBuf;
+
+    fn scrape(fixture: &str, filter: DeviceFilter) -> String {
+        let config = CollectorConfig {
+            sysfs: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/fixtures/sysfs")
+                .join(fixture),
+            filter,
+        };
+        let mut out = MetricSet::new();
+        build(&config).update(&mut out).expect("collects");
+        out.encode(Format::Text)
+    }
+
+    #[test]
+    fn every_rxe_file_is_exported() {
+        let text = scrape("rxe", DeviceFilter::all());
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/sysfs/rxe/class/infiniband/rxe0/ports/1/hw_counters");
+        let mut files = 0;
+        for entry in std::fs::read_dir(dir).expect("fixture exists") {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            files += 1;
+            let metric = if name == "lifespan" {
+                "rdma_port_hw_lifespan_seconds{".to_string()
+            } else {
+                format!("rdma_port_hw_{name}_total{{device=\"rxe0\",port=\"1\"}} ")
+            };
+            assert!(text.contains(&metric), "{name} missing:\n{text}");
+        }
+        assert_eq!(files, 16);
+        assert!(text
+            .contains("rdma_sysfs_read_errors{collector=\"sysfs_counters\",device=\"rxe0\"} 0\n"));
+    }
+
+    #[test]
+    fn quirks_are_counted_not_fatal() {
+        let text = scrape("quirks", DeviceFilter::all());
+        // mlx5_0: VL15_dropped N/A, link_downed and port_rcv_errors garbage,
+        // hw_counters/out_of_buffer a directory, hw_counters/oversized too large.
+        assert!(
+            text.contains(
+                "rdma_sysfs_read_errors{collector=\"sysfs_counters\",device=\"mlx5_0\"} 5\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("rdma_port_symbol_error_total{device=\"mlx5_0\",port=\"1\"}"));
+        assert!(!text.contains("rdma_port_vl15_dropped_total{device=\"mlx5_0\""));
+    }
+
+    #[test]
+    fn excluded_devices_are_absent() {
+        let filter = DeviceFilter::new(None, Some("mlx5_1")).unwrap();
+        let text = scrape("mlx5-roce", filter);
+        assert!(text.contains("device=\"mlx5_0\""));
+        assert!(!text.contains("device=\"mlx5_1\""), "{text}");
+    }
+
+    #[test]
+    fn device_level_counters_and_odd_names() {
+        let text = scrape("hfi1", DeviceFilter::all());
+        assert!(
+            text.contains("rdma_device_hw_rcv_overflow_total{device=\"hfi1_0\"}"),
+            "{text}"
+        );
+        assert!(text.contains("# HELP rdma_device_hw_rcv_overflow_total Packets dropped"));
+        assert!(text.contains("rdma_device_hw_lifespan_seconds{device=\"hfi1_0\"}"));
+    }
+
+    #[test]
+    fn counter_paths() {
+        assert!(is_counter_path("class/infiniband/x/ports/1/counters/a"));
+        assert!(is_counter_path("class/infiniband/x/hw_counters/a"));
+        assert!(!is_counter_path("class/infiniband/x/ports/1/state"));
+    }
+}

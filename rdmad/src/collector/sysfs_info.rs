@@ -1,0 +1,189 @@
+//! The `sysfs_info` collector: what the devices and ports are, from sysfs.
+//!
+//! Strings go into two info metrics (value 1) so that counters stay cheap and carry only
+//! `{device,port}`; join them in PromQL when a label is needed, e.g.
+//! `rate(rdma_port_hw_sent_pkts_total[5m]) * on(device,port) group_left(netdev,link_layer) rdma_port_info`.
+//!
+//! - `rdma_device_info{device,driver,fw_ver,hca_type,board_id,node_guid,pci_addr}`
+//! - `rdma_port_info{device,port,link_layer,netdev,state,phys_state}`
+//! - `rdma_port_state_id`, `rdma_port_physical_state_id` (the kernel's numbers: 4 = ACTIVE,
+//!   5 = LinkUp), `rdma_port_rate_bytes_per_second` (the active rate / 8), `rdma_port_lid`
+//! - `rdma_sysfs_read_errors{collector="sysfs_info",device}`: files of the device that could
+//!   not be read or parsed in this scrape (details at debug log level)
+//!
+//! Absent attributes are empty label values or missing series, never zeros. No counter file
+//! and no GID table is opened by this collector.
+
+use anyhow::Context;
+use rdmakit::sysfs::{ReadOptions, SysfsReader};
+
+use super::{Collector, CollectorConfig, CollectorSpec};
+use crate::metrics::{Kind, MetricSet, Value};
+
+/// The table row.
+pub const SPEC: CollectorSpec = CollectorSpec {
+    name: "sysfs_info",
+    help: "device and port identity and state from sysfs (rdma_device_info, rdma_port_info, ...)",
+    default_enabled: true,
+    build,
+};
+
+fn build(config: &CollectorConfig) -> Box<dyn Collector> {
+    Box::new(SysfsInfo {
+        // The port's netdev comes from the GID table, so GIDs are read; counters are not.
+        reader: config.reader(ReadOptions {
+            gids: true,
+            counters: false,
+        }),
+    })
+}
+
+struct SysfsInfo {
+    reader: SysfsReader,
+}
+
+impl Collector for SysfsInfo {
+    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
+        let snapshot = self.reader.snapshot().context("reading sysfs")?;
+        for device in &snapshot.devices {
+            let text = |v: &Option<String>| v.clone().unwrap_or_default();
+            out.add(
+                "rdma_device",
+                Kind::Info,
+                || "RDMA device identity from sysfs (value 1); empty labels are unknown".into(),
+                vec![
+                    ("device", device.name.clone()),
+                    ("driver", text(&device.driver)),
+                    ("fw_ver", text(&device.fw_ver)),
+                    ("hca_type", text(&device.hca_type)),
+                    ("board_id", text(&device.board_id)),
+                    ("node_guid", text(&device.node_guid)),
+                    ("pci_addr", text(&device.pci_addr)),
+                ],
+                Value::Int(1),
+            )?;
+            for port in &device.ports {
+                let labels = || {
+                    vec![
+                        ("device", device.name.clone()),
+                        ("port", port.num.to_string()),
+                    ]
+                };
+                let name = |e: &Option<rdmakit::model::Enumerated>| {
+                    e.as_ref().map(|e| e.name.clone()).unwrap_or_default()
+                };
+                let mut info = labels();
+                info.extend([
+                    ("link_layer", text(&port.link_layer)),
+                    ("netdev", text(&port.netdev)),
+                    ("state", name(&port.state)),
+                    ("phys_state", name(&port.phys_state)),
+                ]);
+                out.add(
+                    "rdma_port",
+                    Kind::Info,
+                    || {
+                        "RDMA port identity and state from sysfs (value 1); join on {device,port}"
+                            .into()
+                    },
+                    info,
+                    Value::Int(1),
+                )?;
+                if let Some(state) = &port.state {
+                    out.add(
+                        "rdma_port_state_id",
+                        Kind::Gauge,
+                        || {
+                            "Logical port state (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)"
+                                .into()
+                        },
+                        labels(),
+                        Value::Int(u64::from(state.id)),
+                    )?;
+                }
+                if let Some(phys) = &port.phys_state {
+                    out.add(
+                        "rdma_port_physical_state_id",
+                        Kind::Gauge,
+                        || "Physical port state (2 Polling, 3 Disabled, 5 LinkUp, 6 LinkErrorRecovery, ...)".into(),
+                        labels(),
+                        Value::Int(u64::from(phys.id)),
+                    )?;
+                }
+                if let Some(bps) = port.rate.as_ref().and_then(|r| r.bits_per_second) {
+                    out.add(
+                        "rdma_port_rate_bytes_per_second",
+                        Kind::Gauge,
+                        || "Active link rate of the port (sysfs rate / 8)".into(),
+                        labels(),
+                        Value::Int(bps / 8),
+                    )?;
+                }
+                if let Some(lid) = port.lid {
+                    out.add(
+                        "rdma_port_lid",
+                        Kind::Gauge,
+                        || "Local identifier of the port (0 on Ethernet link layers)".into(),
+                        labels(),
+                        Value::Int(u64::from(lid)),
+                    )?;
+                }
+            }
+        }
+        super::sysfs_counters::report_read_errors(
+            out,
+            SPEC.name,
+            &snapshot,
+            |e| !super::sysfs_counters::is_counter_path(&e.path),
+            &[],
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Format;
+    use rdmakit::sysfs::DeviceFilter;
+    use std::path::PathBuf;
+
+    fn fixture(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/sysfs")
+            .join(name)
+    }
+
+    #[test]
+    fn rxe_fixture_info() {
+        let config = CollectorConfig {
+            sysfs: fixture("rxe"),
+            filter: DeviceFilter::all(),
+        };
+        let mut out = MetricSet::new();
+        build(&config).update(&mut out).expect("collects");
+        let text = out.encode(Format::Text);
+        assert!(
+            text.contains("rdma_port_info{device=\"rxe0\",port=\"1\",link_layer=\"Ethernet\",netdev=\"eth0\",state=\"ACTIVE\",phys_state=\"LinkUp\"} 1\n"),
+            "{text}"
+        );
+        assert!(text
+            .contains("rdma_port_rate_bytes_per_second{device=\"rxe0\",port=\"1\"} 312500000\n"));
+        assert!(text.contains("rdma_port_state_id{device=\"rxe0\",port=\"1\"} 4\n"));
+        assert!(
+            !text.contains("_total"),
+            "no counters from the info collector: {text}"
+        );
+    }
+
+    #[test]
+    fn missing_class_dir_is_no_devices_not_an_error() {
+        let config = CollectorConfig {
+            sysfs: PathBuf::from("/nonexistent-sysfs-root"),
+            filter: DeviceFilter::all(),
+        };
+        let mut out = MetricSet::new();
+        build(&config).update(&mut out).expect("no devices is fine");
+        assert_eq!(out.names().count(), 0);
+    }
+}

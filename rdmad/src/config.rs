@@ -1,0 +1,208 @@
+//! The configuration file (`--config FILE`, TOML): every key is a flag's name.
+//!
+//! `--web.listen-address` is `web.listen-address` in the file, `--collector.sysfs_info` is
+//! `collector.sysfs_info = true`, so a table header groups them:
+//!
+//! ```toml
+//! [web]
+//! listen-address = ":9736"
+//! [collector]
+//! device-exclude = "mlx5_[2-9]"
+//! sysfs_counters = true
+//! ```
+//!
+//! Flags and `RDMAD_*` environment variables override the file; the file overrides the
+//! defaults. Unknown keys and values of the wrong type are errors that name the key, the file
+//! and, when a known key is close, what was probably meant: a typo never silently turns a
+//! setting off.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use toml::{Table, Value};
+
+use crate::collector::TABLE;
+
+/// What a configuration file sets; `None` means "not in the file".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileConfig {
+    /// `web.listen-address`.
+    pub listen_address: Option<String>,
+    /// `web.max-requests`.
+    pub max_requests: Option<usize>,
+    /// `path.sysfs`.
+    pub sysfs: Option<PathBuf>,
+    /// `collector.device-include`.
+    pub device_include: Option<String>,
+    /// `collector.device-exclude`.
+    pub device_exclude: Option<String>,
+    /// `collector.disable-defaults`.
+    pub disable_defaults: Option<bool>,
+    /// `collector.<name>` for each collector the file mentions, in file order.
+    pub collectors: Vec<(&'static str, bool)>,
+}
+
+/// Every key the file accepts, for error messages.
+pub fn known_keys() -> Vec<String> {
+    let mut keys: Vec<String> = [
+        "web.listen-address",
+        "web.max-requests",
+        "path.sysfs",
+        "collector.device-include",
+        "collector.device-exclude",
+        "collector.disable-defaults",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    keys.extend(TABLE.iter().map(|s| format!("collector.{}", s.name)));
+    keys
+}
+
+/// Read and check a configuration file.
+pub fn load(path: &Path) -> Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    parse(&text).with_context(|| format!("config file {}", path.display()))
+}
+
+/// Check configuration text.
+pub fn parse(text: &str) -> Result<FileConfig> {
+    let table: Table = text.parse().map_err(|e| anyhow!("not valid TOML: {e}"))?;
+    let mut config = FileConfig::default();
+    for (section, value) in &table {
+        let Value::Table(inner) = value else {
+            return Err(unknown(section));
+        };
+        for (key, value) in inner {
+            let full = format!("{section}.{key}");
+            match (section.as_str(), key.as_str()) {
+                ("web", "listen-address") => {
+                    config.listen_address = Some(string(&full, value)?.to_owned())
+                }
+                ("web", "max-requests") => {
+                    let n = value
+                        .as_integer()
+                        .ok_or_else(|| anyhow!("`{full}` must be an integer"))?;
+                    config.max_requests = Some(
+                        usize::try_from(n)
+                            .ok()
+                            .filter(|n| *n > 0)
+                            .ok_or_else(|| anyhow!("`{full}` must be at least 1, not {n}"))?,
+                    );
+                }
+                ("path", "sysfs") => config.sysfs = Some(PathBuf::from(string(&full, value)?)),
+                ("collector", "device-include") => {
+                    config.device_include = Some(string(&full, value)?.to_owned())
+                }
+                ("collector", "device-exclude") => {
+                    config.device_exclude = Some(string(&full, value)?.to_owned())
+                }
+                ("collector", "disable-defaults") => {
+                    config.disable_defaults = Some(boolean(&full, value)?)
+                }
+                ("collector", name) => match TABLE.iter().find(|s| s.name == name) {
+                    Some(spec) => config.collectors.push((spec.name, boolean(&full, value)?)),
+                    None => return Err(unknown(&full)),
+                },
+                _ => return Err(unknown(&full)),
+            }
+        }
+    }
+    Ok(config)
+}
+
+fn string<'v>(key: &str, value: &'v Value) -> Result<&'v str> {
+    match value.as_str() {
+        Some(s) => Ok(s),
+        None => bail!("`{key}` must be a string, not {}", value.type_str()),
+    }
+}
+
+fn boolean(key: &str, value: &Value) -> Result<bool> {
+    match value.as_bool() {
+        Some(b) => Ok(b),
+        None => bail!("`{key}` must be true or false, not {}", value.type_str()),
+    }
+}
+
+fn unknown(key: &str) -> anyhow::Error {
+    let known = known_keys();
+    let closest = known
+        .iter()
+        .map(|k| (rdmakit::catalog::edit_distance(key, k), k))
+        .min()
+        .filter(|(d, _)| *d <= 3);
+    match closest {
+        Some((_, k)) => anyhow!("unknown key `{key}` (did you mean `{k}`?)"),
+        None => anyhow!("unknown key `{key}` (known keys: {})", known.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_file() {
+        let c = parse(
+            r#"
+[web]
+listen-address = "127.0.0.1:9999"
+max-requests = 3
+[path]
+sysfs = "/host/sys"
+[collector]
+device-include = "mlx5_.*"
+device-exclude = "mlx5_1"
+disable-defaults = true
+sysfs_info = true
+"#,
+        )
+        .expect("valid");
+        assert_eq!(c.listen_address.as_deref(), Some("127.0.0.1:9999"));
+        assert_eq!(c.max_requests, Some(3));
+        assert_eq!(c.sysfs, Some(PathBuf::from("/host/sys")));
+        assert_eq!(c.device_include.as_deref(), Some("mlx5_.*"));
+        assert_eq!(c.device_exclude.as_deref(), Some("mlx5_1"));
+        assert_eq!(c.disable_defaults, Some(true));
+        assert_eq!(c.collectors, vec![("sysfs_info", true)]);
+    }
+
+    #[test]
+    fn dotted_keys_work_like_tables() {
+        let c = parse("web.listen-address = \":1\"\ncollector.sysfs_counters = false\n").unwrap();
+        assert_eq!(c.listen_address.as_deref(), Some(":1"));
+        assert_eq!(c.collectors, vec![("sysfs_counters", false)]);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = parse("[web]\nlisten_address = \":1\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`web.listen_address`"), "{err}");
+        assert!(err.contains("did you mean `web.listen-address`"), "{err}");
+        let err = parse("[collector]\nsysfs_bogus = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`collector.sysfs_bogus`"), "{err}");
+        let err = parse("verbose = true\n").unwrap_err().to_string();
+        assert!(err.contains("unknown key `verbose`"), "{err}");
+        assert!(err.contains("known keys: web.listen-address"), "{err}");
+    }
+
+    #[test]
+    fn wrong_types_are_named() {
+        let err = parse("[collector]\nsysfs_info = \"yes\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`collector.sysfs_info` must be true or false"),
+            "{err}"
+        );
+        let err = parse("[web]\nmax-requests = 0\n").unwrap_err().to_string();
+        assert!(err.contains("at least 1"), "{err}");
+        assert!(parse("[web\n").unwrap_err().to_string().contains("TOML"));
+    }
+}

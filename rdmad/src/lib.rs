@@ -1,0 +1,17 @@
+//! rdmad as a library: everything but `main`, so integration tests and benchmarks can drive
+//! the same code the binary runs.
+//!
+//! - [`cli`]: flags (node_exporter style) and their merge with the [`config`] file;
+//! - [`collector`]: the collector trait and table, one file per collector;
+//! - [`metrics`]: the metric set of one scrape and its encodings (text 0.0.4, OpenMetrics);
+//! - [`names`] and [`help`]: how a sysfs counter file becomes a metric name and HELP text;
+//! - [`server`]: the HTTP face (`/metrics`, `/healthz`, `/`) and `--once`.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod collector;
+pub mod config;
+pub mod help;
+pub mod metrics;
+pub mod names;
+pub mod server;

@@ -1,0 +1,209 @@
+//! Metric names for counter files: the one place the naming scheme lives.
+//!
+//! | sysfs file | metric |
+//! | --- | --- |
+//! | `ports/<n>/counters/<f>` (IB PMA) | `rdma_port_<f'>_total{device,port}`, `<f'>` = `<f>` without a leading `port_` |
+//! | `ports/<n>/counters/port_{xmit,rcv}_data` | `rdma_port_{xmit,rcv}_data_bytes_total` (value x 4: the files count 4-octet words) |
+//! | `ports/<n>/hw_counters/<f>` (driver) | `rdma_port_hw_<f>_total{device,port}` |
+//! | `hw_counters/<f>` (driver, whole device) | `rdma_device_hw_<f>_total{device}` |
+//! | a gauge (`lifespan`, bnxt_re `active_*`, `watermark_*`) | the same name without `_total`; `lifespan` (ms) becomes `..._lifespan_seconds` |
+//!
+//! The PMA counters are defined by the InfiniBand spec and have the same meaning on every
+//! device, so they get the short names; driver counters live under `hw_` so that a driver
+//! file that shares a name with a PMA one (`link_downed` on hfi1 and rxe) never collides
+//! with it and a dashboard can tell a spec counter from a vendor one by its name alone.
+//!
+//! File names are sanitized into `[a-z0-9_]`: camelCase is split into words (hfi1's
+//! `RxDmaHdrQFullErr` -> `rx_dma_hdr_q_full_err`, cxgb4's `ip4InSegs` -> `ip4_in_segs`),
+//! everything is lowercased (`VL15_dropped` -> `vl15_dropped`), any other character becomes
+//! `_`, runs of `_` collapse, and a trailing `_total` is dropped (the encoder adds it once).
+//! A name that sanitizes to nothing yields no metric. Two files that sanitize to the same
+//! name cannot both be exported: the first one (in sysfs order) wins and the second is
+//! counted as a read error (see the counters collector).
+
+use rdmakit::model::{Counter, CounterKind, CounterSource, Unit};
+
+use crate::metrics::{Kind, Value};
+
+/// How one counter file is exported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterMetric {
+    /// The family name, without `_total` for counters.
+    pub name: String,
+    /// Counter or gauge.
+    pub kind: Kind,
+    /// The exported value (converted to bytes or seconds where the name says so).
+    pub value: Value,
+}
+
+/// The metric for `counter`, or `None` when its name sanitizes to nothing. A byte value that
+/// overflows u64 (more than 2^62 words) is exported as a float, like every Prometheus value.
+pub fn counter_metric(counter: &Counter) -> Option<CounterMetric> {
+    let mut base = sanitize(&counter.name);
+    if counter.source == CounterSource::Pma {
+        if let Some(rest) = base.strip_prefix("port_") {
+            if !rest.is_empty() {
+                base = rest.to_owned();
+            }
+        }
+    }
+    if base.is_empty() {
+        return None;
+    }
+    let prefix = match counter.source {
+        CounterSource::Pma => "rdma_port_",
+        CounterSource::Hw => "rdma_port_hw_",
+        CounterSource::DeviceHw => "rdma_device_hw_",
+    };
+    let kind = match counter.kind {
+        CounterKind::Counter => Kind::Counter,
+        CounterKind::Gauge => Kind::Gauge,
+    };
+    let (suffix, value) = match counter.unit {
+        Unit::FourOctetWords => (
+            "_bytes",
+            counter
+                .bytes
+                .map_or(Value::Float(counter.value as f64 * 4.0), Value::Int),
+        ),
+        Unit::Milliseconds => ("_seconds", Value::Float(counter.value as f64 / 1000.0)),
+        Unit::Bytes | Unit::Count => ("", Value::Int(counter.value)),
+    };
+    let suffix = if base.ends_with(suffix) { "" } else { suffix };
+    Some(CounterMetric {
+        name: format!("{prefix}{base}{suffix}"),
+        kind,
+        value,
+    })
+}
+
+/// A sysfs file name as a metric name fragment: snake_case, `[a-z0-9_]` only, no leading,
+/// trailing or doubled `_`, no trailing `_total`.
+pub fn sanitize(raw: &str) -> String {
+    let chars: Vec<char> = raw.chars().collect();
+    let mut out = String::with_capacity(raw.len() + 4);
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_ascii_uppercase() {
+            let prev = i.checked_sub(1).map(|j| chars[j]);
+            let next = chars.get(i + 1).copied();
+            let boundary = match prev {
+                Some(p) if p.is_ascii_lowercase() || p.is_ascii_digit() => true,
+                Some(p) if p.is_ascii_uppercase() => next.is_some_and(|n| n.is_ascii_lowercase()),
+                _ => false,
+            };
+            if boundary {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else {
+            out.push('_');
+        }
+    }
+    let mut collapsed = String::with_capacity(out.len());
+    for c in out.chars() {
+        if c == '_' && (collapsed.is_empty() || collapsed.ends_with('_')) {
+            continue;
+        }
+        collapsed.push(c);
+    }
+    while collapsed.ends_with('_') {
+        collapsed.pop();
+    }
+    while let Some(stripped) = collapsed.strip_suffix("_total") {
+        collapsed = stripped.to_owned();
+    }
+    if collapsed == "total" {
+        collapsed.clear();
+    }
+    collapsed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_examples() {
+        let cases = [
+            ("symbol_error", "symbol_error"),
+            ("VL15_dropped", "vl15_dropped"),
+            ("RxDmaHdrQFullErr", "rx_dma_hdr_q_full_err"),
+            ("ip4InSegs", "ip4_in_segs"),
+            ("DcRecvErr", "dc_recv_err"),
+            ("LinkDn", "link_dn"),
+            ("TxPioMallocErr", "tx_pio_malloc_err"),
+            ("rx-bytes.err", "rx_bytes_err"),
+            ("__odd__name__", "odd_name"),
+            ("tx_total", "tx"),
+            ("HTTPServer", "http_server"),
+            ("ümlaut", "mlaut"),
+            ("___", ""),
+            ("_total", ""),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(sanitize(raw), want, "{raw}");
+        }
+    }
+
+    fn metric(name: &str, source: CounterSource, value: u64) -> CounterMetric {
+        counter_metric(&Counter::new(name, source, value)).expect("a metric")
+    }
+
+    #[test]
+    fn pma_names_drop_port_prefix_and_data_is_bytes() {
+        let m = metric("port_xmit_data", CounterSource::Pma, 10);
+        assert_eq!(m.name, "rdma_port_xmit_data_bytes");
+        assert_eq!(m.value, Value::Int(40));
+        assert_eq!(m.kind, Kind::Counter);
+        assert_eq!(
+            metric("symbol_error", CounterSource::Pma, 1).name,
+            "rdma_port_symbol_error"
+        );
+        assert_eq!(
+            metric("VL15_dropped", CounterSource::Pma, 1).name,
+            "rdma_port_vl15_dropped"
+        );
+        assert_eq!(
+            metric("port_rcv_packets", CounterSource::Pma, 1).name,
+            "rdma_port_rcv_packets"
+        );
+    }
+
+    #[test]
+    fn driver_names_are_apart_from_pma_names() {
+        let pma = metric("link_downed", CounterSource::Pma, 1);
+        let hw = metric("link_downed", CounterSource::Hw, 1);
+        let dev = metric("link_downed", CounterSource::DeviceHw, 1);
+        assert_eq!(pma.name, "rdma_port_link_downed");
+        assert_eq!(hw.name, "rdma_port_hw_link_downed");
+        assert_eq!(dev.name, "rdma_device_hw_link_downed");
+        // A driver counter is not stripped of `port_`.
+        assert_eq!(
+            metric("port_x", CounterSource::Hw, 1).name,
+            "rdma_port_hw_port_x"
+        );
+    }
+
+    #[test]
+    fn gauges_and_units() {
+        let lifespan = metric("lifespan", CounterSource::Hw, 10);
+        assert_eq!(lifespan.name, "rdma_port_hw_lifespan_seconds");
+        assert_eq!(lifespan.kind, Kind::Gauge);
+        assert_eq!(lifespan.value, Value::Float(0.01));
+        let active = metric("active_qps", CounterSource::Hw, 3);
+        assert_eq!(active.name, "rdma_port_hw_active_qps");
+        assert_eq!(active.kind, Kind::Gauge);
+        let bytes = metric("rx_bytes", CounterSource::DeviceHw, 5);
+        assert_eq!(bytes.name, "rdma_device_hw_rx_bytes");
+        assert_eq!(bytes.value, Value::Int(5));
+    }
+
+    #[test]
+    fn unusable_names_give_nothing_and_overflow_gives_a_float() {
+        assert!(counter_metric(&Counter::new("___", CounterSource::Hw, 1)).is_none());
+        let m = metric("port_xmit_data", CounterSource::Pma, 1 << 62);
+        assert_eq!(m.value, Value::Float(18446744073709551616.0));
+    }
+}

@@ -1,0 +1,246 @@
+//! The HTTP face (`/metrics`, `/healthz`, `/`) and `--once`.
+//!
+//! Every scrape runs the enabled collectors on a blocking thread (sysfs reads block) and
+//! encodes the result in the format the `Accept` header asks for. At most
+//! `--web.max-requests` scrapes run at once; more get `503 Service Unavailable` at once
+//! rather than queueing behind slow reads. SIGINT and SIGTERM stop the server cleanly.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use rdmakit::sysfs::{DeviceFilter, SysfsReader};
+use tokio::sync::Semaphore;
+
+use crate::cli::Settings;
+use crate::collector::{CollectorConfig, Collectors, TABLE};
+use crate::metrics::{negotiate, Format};
+
+/// Shared by all requests.
+pub struct Exporter {
+    collectors: Collectors,
+    permits: Arc<Semaphore>,
+}
+
+impl Exporter {
+    /// Build the enabled collectors; fails on an invalid device pattern.
+    pub fn new(settings: &Settings) -> Result<Exporter> {
+        let filter = DeviceFilter::new(
+            settings.device_include.as_deref(),
+            settings.device_exclude.as_deref(),
+        )
+        .context("--collector.device-include / --collector.device-exclude")?;
+        // Parse the embedded counter catalog now, not during the first scrape.
+        if let Err(e) = rdmakit::catalog::Catalog::embedded() {
+            tracing::warn!("counter catalog unavailable, HELP texts will be generic: {e}");
+        }
+        let config = CollectorConfig {
+            sysfs: settings.sysfs.clone(),
+            filter,
+        };
+        Ok(Exporter {
+            collectors: Collectors::new(&config, &settings.collectors),
+            permits: Arc::new(Semaphore::new(settings.max_requests)),
+        })
+    }
+
+    /// One exposition in `format`.
+    pub fn render(&self, format: Format) -> String {
+        self.collectors.scrape().encode(format)
+    }
+}
+
+/// Run rdmad with resolved settings: print once, or serve until SIGINT/SIGTERM.
+pub fn run(settings: Settings) -> Result<()> {
+    let exporter = Arc::new(Exporter::new(&settings)?);
+    if settings.once {
+        let text = exporter.render(Format::Text);
+        let mut stdout = std::io::stdout().lock();
+        return match stdout
+            .write_all(text.as_bytes())
+            .and_then(|_| stdout.flush())
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            other => other.context("writing to stdout"),
+        };
+    }
+    log_devices(&settings);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(settings.max_requests.clamp(1, 64))
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(serve(settings, exporter))
+}
+
+fn log_devices(settings: &Settings) {
+    tracing::info!(collectors = ?settings.collectors, "collectors enabled");
+    let reader = SysfsReader::new(settings.sysfs.clone());
+    match reader.device_names() {
+        Ok(names) if names.is_empty() => tracing::warn!(
+            sysfs = %settings.sysfs.display(),
+            "no RDMA devices found (no RDMA stack or no device); serving exporter metrics only"
+        ),
+        Ok(names) => tracing::info!(devices = ?names, "RDMA devices found"),
+        Err(e) => tracing::warn!("{e}"),
+    }
+}
+
+/// Bind `address`: `HOST:PORT`, `[V6]:PORT`, or `:PORT` for every interface (IPv6 and IPv4
+/// where the host has IPv6, else IPv4 only).
+pub async fn bind(address: &str) -> Result<tokio::net::TcpListener> {
+    if let Some(port) = address.strip_prefix(':') {
+        let port: u16 = port
+            .parse()
+            .with_context(|| format!("bad port in listen address {address:?}"))?;
+        return match tokio::net::TcpListener::bind(("::", port)).await {
+            Ok(listener) => Ok(listener),
+            Err(_) => tokio::net::TcpListener::bind(("0.0.0.0", port))
+                .await
+                .with_context(|| format!("cannot listen on {address}")),
+        };
+    }
+    tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address}"))
+}
+
+async fn serve(settings: Settings, exporter: Arc<Exporter>) -> Result<()> {
+    let app = router(exporter);
+    let listener = bind(&settings.listen_address).await?;
+    let local = listener.local_addr().context("reading the bound address")?;
+    tracing::info!(address = %local, "listening");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("serving HTTP")
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}
+
+/// The routes, for `serve` and tests.
+pub fn router(exporter: Arc<Exporter>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .with_state(exporter)
+}
+
+async fn metrics(State(exporter): State<Arc<Exporter>>, headers: HeaderMap) -> Response {
+    let Ok(permit) = Arc::clone(&exporter.permits).try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many concurrent scrapes (see --web.max-requests)\n",
+        )
+            .into_response();
+    };
+    let format = negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    let worker = Arc::clone(&exporter);
+    let result = tokio::task::spawn_blocking(move || {
+        // The permit is held for the whole blocking scrape.
+        let _permit = permit;
+        worker.render(format)
+    })
+    .await;
+    match result {
+        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("scrape failed: {e}\n"),
+        )
+            .into_response(),
+    }
+}
+
+async fn index(State(exporter): State<Arc<Exporter>>) -> Html<String> {
+    let enabled = exporter.collectors.names();
+    let mut rows = String::new();
+    for spec in TABLE {
+        let state = if enabled.contains(&spec.name) {
+            "enabled"
+        } else {
+            "disabled"
+        };
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{state}</td><td>{}</td></tr>",
+            spec.name, spec.help
+        ));
+    }
+    Html(format!(
+        "<!DOCTYPE html><html><head><title>rdmad</title></head><body>\
+         <h1>rdmad {}</h1><p>RDMA exporter.</p>\
+         <ul><li><a href=\"/metrics\">/metrics</a></li><li><a href=\"/healthz\">/healthz</a></li></ul>\
+         <h2>Collectors</h2><table><tr><th>name</th><th>state</th><th>what</th></tr>{rows}</table>\
+         </body></html>\n",
+        env!("CARGO_PKG_VERSION")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn listen_address_forms() {
+        let any = bind(":0").await.expect(":PORT binds every interface");
+        assert!(any.local_addr().unwrap().ip().is_unspecified());
+        let lo = bind("127.0.0.1:0").await.expect("HOST:PORT");
+        assert!(lo.local_addr().unwrap().ip().is_loopback());
+        let err = bind(":http").await.unwrap_err();
+        assert!(format!("{err:#}").contains("bad port"), "{err:#}");
+        assert!(bind("256.0.0.1:1").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn scrapes_beyond_max_requests_get_503() {
+        let settings = Settings {
+            listen_address: ":0".into(),
+            max_requests: 1,
+            sysfs: "/nonexistent".into(),
+            device_include: None,
+            device_exclude: None,
+            collectors: vec!["sysfs_info"],
+            once: false,
+        };
+        let exporter = Arc::new(Exporter::new(&settings).unwrap());
+        let held = Arc::clone(&exporter.permits).try_acquire_owned().unwrap();
+        let busy = metrics(State(Arc::clone(&exporter)), HeaderMap::new()).await;
+        assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+        drop(held);
+        let ok = metrics(State(Arc::clone(&exporter)), HeaderMap::new()).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert_eq!(
+            ok.headers()[header::CONTENT_TYPE],
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+        assert_eq!(
+            exporter.permits.available_permits(),
+            1,
+            "the permit came back"
+        );
+    }
+}

@@ -1,0 +1,746 @@
+//! End-to-end tests of the rdmad binary: golden expositions over every fake sysfs tree,
+//! promtool on the golden files, a real Prometheus scraping rdmad, HTTP content negotiation,
+//! flags, env, the config file and the deployment files.
+//!
+//! Golden files live in `tests/fixtures/golden/<fixture>.prom`, one per tree in
+//! `tests/fixtures/sysfs/` (a directory with a `class/` subdirectory). Collector durations are
+//! the only values that vary between runs: they are replaced by 0 before comparing. To accept
+//! a change, regenerate with `UPDATE_GOLDEN=1 cargo test -p rdmad --test e2e` and review the
+//! diff. The promtool and Prometheus tests fail (they do not skip) when `CI` is set and the
+//! tool is missing.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("rdmad is inside the workspace")
+        .to_path_buf()
+}
+
+fn rdmad() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rdmad"));
+    // Settings must come from the test alone.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("RDMAD_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("rdmad runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("utf-8 exposition")
+}
+
+/// Every fixture tree: (name, root).
+fn fixtures() -> Vec<(String, PathBuf)> {
+    let dir = workspace().join("tests/fixtures/sysfs");
+    let mut trees: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
+        .expect("tests/fixtures/sysfs exists")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("class").is_dir())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), p))
+        .collect();
+    trees.sort();
+    trees
+}
+
+fn golden_dir() -> PathBuf {
+    workspace().join("tests/fixtures/golden")
+}
+
+/// Replace the values that change from run to run (collector durations) with 0.
+fn normalize(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.starts_with("rdma_scrape_collector_duration_seconds{") {
+            let (series, _) = line.rsplit_once(' ').expect("a sample line has a value");
+            out.push_str(series);
+            out.push_str(" 0");
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn once(root: &Path, extra: &[&str]) -> String {
+    let out = run(rdmad()
+        .arg("--once")
+        .arg("--path.sysfs")
+        .arg(root)
+        .args(extra));
+    assert!(
+        out.status.success(),
+        "rdmad --once failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(&out)
+}
+
+/// The goldens cover the collectors that read the fixture trees; netlink would read the host.
+const SYSFS_ONLY: &[&str] = &[
+    "--collector.disable-defaults",
+    "--collector.sysfs_info",
+    "--collector.sysfs_counters",
+];
+
+#[test]
+fn golden_expositions() {
+    let trees = fixtures();
+    assert!(
+        trees.len() >= 5,
+        "expected the fixture trees, found {trees:?}"
+    );
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    std::fs::create_dir_all(golden_dir()).unwrap();
+    let mut failures = Vec::new();
+    for (name, root) in &trees {
+        let got = normalize(&once(root, SYSFS_ONLY));
+        // promtool does not catch duplicate series; check here.
+        let mut seen = std::collections::HashSet::new();
+        for line in got.lines().filter(|l| !l.starts_with('#')) {
+            let series = line.rsplit_once(' ').map_or(line, |(s, _)| s);
+            assert!(
+                seen.insert(series.to_string()),
+                "{name}: duplicate series {series}"
+            );
+        }
+        let path = golden_dir().join(format!("{name}.prom"));
+        if update {
+            std::fs::write(&path, &got).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_default();
+        if got != want {
+            let line = got
+                .lines()
+                .zip(want.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or_else(|| got.lines().count().min(want.lines().count()));
+            failures.push(format!(
+                "{name}: exposition differs from {} at line {}:\n  got:  {:?}\n  want: {:?}",
+                path.display(),
+                line + 1,
+                got.lines().nth(line),
+                want.lines().nth(line)
+            ));
+        }
+    }
+    // A golden file without a fixture is stale.
+    for entry in std::fs::read_dir(golden_dir()).unwrap().flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        if let Some(stem) = file.strip_suffix(".prom") {
+            if !trees.iter().any(|(n, _)| n == stem) {
+                failures.push(format!("{file}: golden file without a fixture tree"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n(run UPDATE_GOLDEN=1 cargo test -p rdmad --test e2e to accept, then review the diff)",
+        failures.join("\n")
+    );
+}
+
+/// A Prometheus tool from PATH. Missing: `None` (the caller skips), or a failure when `CI` is
+/// set, because CI installs the Debian package `prometheus`, which ships both tools.
+fn prometheus_tool(name: &str, test: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        if std::env::var_os("CI").is_some() {
+            panic!(
+                "{name} is not installed but CI is set: install it (Debian package `prometheus`)"
+            );
+        }
+        eprintln!("SKIP {test}: {name} not installed (apt-get install prometheus)");
+    }
+    found
+}
+
+#[test]
+fn goldens_pass_promtool() {
+    let Some(promtool) = prometheus_tool("promtool", "goldens_pass_promtool") else {
+        return;
+    };
+    let mut checked = 0;
+    for (name, _) in fixtures() {
+        let path = golden_dir().join(format!("{name}.prom"));
+        let text = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (run UPDATE_GOLDEN=1)", path.display()));
+        let mut child = Command::new(&promtool)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("promtool runs");
+        child.stdin.take().unwrap().write_all(&text).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && said.trim().is_empty(),
+            "promtool check metrics {}: {}\n{said}",
+            path.display(),
+            out.status
+        );
+        checked += 1;
+    }
+    assert!(checked >= 5, "only {checked} golden files checked");
+}
+
+#[test]
+fn every_counter_file_of_every_fixture_is_exported() {
+    // Independent of the naming code: count the files, count the counter series.
+    for (name, root) in fixtures() {
+        let text = once(&root, &[]);
+        let errors: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("rdma_sysfs_read_errors{collector=\"sysfs_counters\""))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        let series = text
+            .lines()
+            .filter(|l| {
+                (l.starts_with("rdma_port_") || l.starts_with("rdma_device_hw_"))
+                    && (l.contains("_total{") || l.contains("_hw_"))
+            })
+            .count() as u64;
+        let mut files = 0u64;
+        let class = root.join("class/infiniband");
+        for dev in std::fs::read_dir(&class).unwrap().flatten() {
+            let dev = dev.path();
+            let mut dirs = vec![dev.join("hw_counters")];
+            if let Ok(ports) = std::fs::read_dir(dev.join("ports")) {
+                for port in ports.flatten() {
+                    dirs.push(port.path().join("counters"));
+                    dirs.push(port.path().join("hw_counters"));
+                }
+            }
+            for dir in dirs {
+                if let Ok(entries) = std::fs::read_dir(dir) {
+                    files += entries.count() as u64;
+                }
+            }
+        }
+        assert_eq!(
+            series + errors,
+            files,
+            "{name}: {series} counter series + {errors} read errors != {files} counter files"
+        );
+    }
+}
+
+#[test]
+fn a_failing_collector_does_not_fail_the_scrape() {
+    let dir = tempdir("failing");
+    std::fs::create_dir_all(dir.join("class")).unwrap();
+    // class/infiniband is a file: listing devices fails with ENOTDIR.
+    std::fs::write(dir.join("class/infiniband"), "not a directory\n").unwrap();
+    let text = once(&dir, &[]);
+    assert!(text.contains("rdma_scrape_collector_success{collector=\"sysfs_info\"} 0\n"));
+    assert!(text.contains("rdma_scrape_collector_success{collector=\"sysfs_counters\"} 0\n"));
+    assert!(text.contains("rdma_exporter_build_info{"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn no_devices_is_not_an_error() {
+    let dir = tempdir("empty");
+    let text = once(&dir, &[]);
+    assert!(text.contains("rdma_scrape_collector_success{collector=\"sysfs_counters\"} 1\n"));
+    assert!(!text.contains("rdma_device_info"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A fresh directory under the system temp dir.
+fn tempdir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "rdmad-e2e-{tag}-{}-{:?}",
+        std::process::id(),
+        Instant::now()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn excluded_devices_are_never_opened() {
+    // bad0's only counter is a FIFO: opening it would block forever. With bad0 excluded the
+    // scrape must finish, proving the filter runs before any counter file is opened.
+    let dir = tempdir("filter");
+    let good = dir.join("class/infiniband/good0/ports/1/hw_counters");
+    let bad = dir.join("class/infiniband/bad0/ports/1/hw_counters");
+    std::fs::create_dir_all(&good).unwrap();
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(good.join("sent_pkts"), "5\n").unwrap();
+    let status = Command::new("mkfifo")
+        .arg(bad.join("sent_pkts"))
+        .status()
+        .expect("mkfifo runs");
+    assert!(status.success());
+    let mut child = rdmad()
+        .arg("--once")
+        .arg("--path.sysfs")
+        .arg(&dir)
+        .arg("--collector.device-exclude=bad.*")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("rdmad hung: the excluded device's FIFO was opened");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut text = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    assert!(
+        text.contains("rdma_port_hw_sent_pkts_total{device=\"good0\",port=\"1\"} 5\n"),
+        "{text}"
+    );
+    assert!(!text.contains("bad0"), "{text}");
+    let include = once(&dir, &["--collector.device-include", "good0"]);
+    assert!(!include.contains("bad0"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn env_vars_set_flags() {
+    let root = workspace().join("tests/fixtures/sysfs/rxe");
+    let out = run(rdmad()
+        .arg("--once")
+        .env("RDMAD_PATH_SYSFS", &root)
+        .env("RDMAD_COLLECTOR_SYSFS_COUNTERS", "false"));
+    assert!(out.status.success());
+    let text = stdout(&out);
+    assert!(text.contains("rdma_port_info{device=\"rxe0\""), "{text}");
+    assert!(!text.contains("rdma_port_hw_sent_pkts_total"));
+    assert!(!text.contains("collector=\"sysfs_counters\""));
+}
+
+#[test]
+fn example_config_loads_and_runs() {
+    let example = workspace().join("deploy/rdmad.toml");
+    let config = rdmad::config::load(&example).expect("deploy/rdmad.toml is valid");
+    assert!(
+        config.listen_address.is_some(),
+        "the example sets the listen address"
+    );
+    let root = workspace().join("tests/fixtures/sysfs/mlx5-roce");
+    let text = once(&root, &["--config", example.to_str().unwrap()]);
+    assert!(text.contains("rdma_scrape_collector_success{collector=\"sysfs_counters\"} 1\n"));
+}
+
+#[test]
+fn config_errors_name_the_key_and_exit_1() {
+    let dir = tempdir("config");
+    let file = dir.join("rdmad.toml");
+    std::fs::write(&file, "[collector]\nsysfs_infos = true\n").unwrap();
+    let out = run(rdmad().arg("--once").arg("--config").arg(&file));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown key `collector.sysfs_infos`"), "{err}");
+    assert!(err.contains(file.to_str().unwrap()), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn usage_errors_exit_2_and_bad_patterns_exit_1() {
+    let out = run(rdmad().arg("--collector.nonexistent"));
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(rdmad().args(["--once", "--collector.device-include", "mlx5_("]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("device-include"));
+}
+
+#[test]
+fn help_lists_generated_collector_flags() {
+    let out = run(rdmad().arg("--help"));
+    assert!(out.status.success());
+    let help = stdout(&out);
+    for flag in [
+        "--web.listen-address",
+        "--path.sysfs",
+        "--config",
+        "--collector.device-include",
+        "--collector.device-exclude",
+        "--collector.sysfs_info",
+        "--no-collector.sysfs_info",
+        "--collector.sysfs_counters",
+        "--no-collector.sysfs_counters",
+        "RDMAD_COLLECTOR_SYSFS_COUNTERS",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+}
+
+/// A running rdmad on a free loopback port; killed on drop.
+struct Server {
+    child: Child,
+    address: String,
+}
+
+impl Server {
+    fn start(root: &Path) -> Server {
+        let mut child = rdmad()
+            .arg("--web.listen-address=127.0.0.1:0")
+            .arg("--path.sysfs")
+            .arg(root)
+            .env("RDMAD_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let address = loop {
+            let line = lines
+                .next()
+                .expect("rdmad printed its address before exiting")
+                .unwrap();
+            if let Some(rest) = line.split("address=").nth(1) {
+                if line.contains("listening") {
+                    break rest.split_whitespace().next().unwrap().to_string();
+                }
+            }
+        };
+        // Keep draining stderr so rdmad never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, address }
+    }
+
+    /// (status line, headers, body) of a GET.
+    fn get(&self, path: &str, accept: Option<&str>) -> (String, String, String) {
+        let mut stream = TcpStream::connect(&self.address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let accept = accept
+            .map(|a| format!("Accept: {a}\r\n"))
+            .unwrap_or_default();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: test\r\n{accept}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").expect("HTTP response");
+        let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+        (
+            status.to_string(),
+            headers.to_ascii_lowercase(),
+            body.to_string(),
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn http_endpoints_and_content_negotiation() {
+    let server = Server::start(&workspace().join("tests/fixtures/sysfs/mlx5-ib"));
+
+    let (status, headers, body) = server.get("/metrics", None);
+    assert!(status.contains("200"), "{status}");
+    assert!(
+        headers.contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
+        "{headers}"
+    );
+    assert!(!body.contains("# EOF"));
+    assert!(
+        body.contains("# TYPE rdma_port_xmit_data_bytes_total counter\n"),
+        "{body}"
+    );
+
+    let prometheus_accept = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let (status, headers, body) = server.get("/metrics", Some(prometheus_accept));
+    assert!(status.contains("200"));
+    assert!(
+        headers
+            .contains("content-type: application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        "{headers}"
+    );
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    assert!(body.contains("# TYPE rdma_port_xmit_data_bytes counter\n"));
+    assert!(body.contains("rdma_port_xmit_data_bytes_total{device=\"mlx5_0\",port=\"1\"}"));
+
+    let (status, _, body) = server.get("/healthz", None);
+    assert!(status.contains("200"));
+    assert_eq!(body, "ok\n");
+
+    let (status, _, body) = server.get("/", None);
+    assert!(status.contains("200"));
+    assert!(body.contains("href=\"/metrics\""));
+    assert!(body.contains("sysfs_counters"));
+
+    let (status, _, _) = server.get("/nope", None);
+    assert!(status.contains("404"), "{status}");
+}
+
+/// The flags of a deployment file must be flags rdmad accepts.
+fn assert_flags_parse(source: &str, args: &[String]) {
+    let mut argv = vec!["rdmad".to_string()];
+    argv.extend(args.iter().cloned());
+    if let Err(e) = rdmad::cli::command().try_get_matches_from(&argv) {
+        panic!("{source}: rdmad rejects {args:?}: {e}");
+    }
+}
+
+#[test]
+fn systemd_unit_is_hardened_and_its_flags_are_valid() {
+    let unit = std::fs::read_to_string(workspace().join("deploy/systemd/rdmad.service")).unwrap();
+    let settings: Vec<&str> = unit
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && l.contains('='))
+        .collect();
+    for required in [
+        "DynamicUser=yes",
+        "CapabilityBoundingSet=",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+    ] {
+        assert!(
+            settings.contains(&required),
+            "rdmad.service lacks {required}"
+        );
+    }
+    assert!(
+        !settings.iter().any(|l| l.contains("CAP_")),
+        "rdmad.service grants a capability"
+    );
+    let exec = settings
+        .iter()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    let args: Vec<String> = exec.split_whitespace().skip(1).map(String::from).collect();
+    assert!(args.iter().any(|a| a == "--config"), "{exec}");
+    assert_flags_parse("rdmad.service", &args);
+}
+
+#[test]
+fn kubernetes_manifests_match_the_binary() {
+    let dir = workspace().join("deploy/kubernetes");
+    let ds = std::fs::read_to_string(dir.join("daemonset.yaml")).unwrap();
+    // The container's args.
+    let mut args = Vec::new();
+    let mut in_args = false;
+    for line in ds.lines() {
+        let t = line.trim();
+        if t == "args:" {
+            in_args = true;
+        } else if in_args {
+            match t.strip_prefix("- ") {
+                Some(arg) => args.push(arg.trim_matches('"').to_string()),
+                None => in_args = false,
+            }
+        }
+    }
+    assert!(!args.is_empty(), "the DaemonSet has args");
+    assert_flags_parse("daemonset.yaml", &args);
+    // The ConfigMap's rdmad.toml: the indented block after `rdmad.toml: |`.
+    let mut toml = String::new();
+    let mut indent = None;
+    for line in ds.lines() {
+        if let Some(n) = indent {
+            if line.trim().is_empty() || line.starts_with(&" ".repeat(n)) {
+                toml.push_str(line.get(n..).unwrap_or(""));
+                toml.push('\n');
+                continue;
+            }
+            break;
+        }
+        if line.trim() == "rdmad.toml: |" {
+            indent = Some(line.len() - line.trim_start().len() + 2);
+        }
+    }
+    let config = rdmad::config::parse(&toml).expect("the ConfigMap's rdmad.toml is valid");
+    assert_eq!(config.sysfs, Some(PathBuf::from("/host/sys")));
+    assert!(ds.contains("mountPath: /host/sys"));
+    assert!(ds.contains("containerPort: 9736"));
+    assert!(!ds.contains("NET_ADMIN") || ds.contains("Never add NET_ADMIN"));
+    let svc = std::fs::read_to_string(dir.join("service.yaml")).unwrap();
+    assert!(svc.contains("port: 9736") && svc.contains("name: metrics"));
+    let sm = std::fs::read_to_string(dir.join("servicemonitor.yaml")).unwrap();
+    assert!(sm.contains("port: metrics"));
+}
+
+/// A free loopback port (a race with other processes is possible but harmless here).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Kills a child process on drop.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// GET a body from 127.0.0.1:port.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    Some(response.split_once("\r\n\r\n")?.1.to_string())
+}
+
+/// The value of the first result of a Prometheus instant query, as Prometheus prints it.
+fn query(prometheus: u16, expr: &str) -> Option<String> {
+    let encoded: String = expr
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let body = http_get(prometheus, &format!("/api/v1/query?query={encoded}"))?;
+    // The body may be chunked; the value is the string after the timestamp in "value":[t,"v"].
+    let value = body.split("\"value\":[").nth(1)?;
+    let value = value.split(',').nth(1)?;
+    Some(value.split('"').nth(1)?.to_string())
+}
+
+#[test]
+fn prometheus_scrapes_rdmad() {
+    // The real Prometheus (it negotiates OpenMetrics) scraping rdmad over a fixture tree.
+    let Some(prometheus) = prometheus_tool("prometheus", "prometheus_scrapes_rdmad") else {
+        return;
+    };
+    let root = workspace().join("tests/fixtures/sysfs/mlx5-roce");
+    let exposition = once(&root, &[]);
+    let samples = exposition
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .count();
+    let rdmad_port = free_port();
+    let _rdmad = KillOnDrop(
+        rdmad()
+            .arg(format!("--web.listen-address=127.0.0.1:{rdmad_port}"))
+            .arg("--path.sysfs")
+            .arg(&root)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let dir = tempdir("prometheus");
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+             scrape_configs:\n  - job_name: rdmad\n    static_configs:\n      - targets: ['127.0.0.1:{rdmad_port}']\n"
+        ),
+    )
+    .unwrap();
+    let prom_port = free_port();
+    let _prometheus = KillOnDrop(
+        Command::new(prometheus)
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let up = loop {
+        if let Some(up) = query(prom_port, "up{job=\"rdmad\"}") {
+            if up == "1" || Instant::now() > deadline {
+                break up;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus never answered a query"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(up, "1", "Prometheus could not scrape rdmad");
+    assert_eq!(
+        query(prom_port, "scrape_samples_scraped{job=\"rdmad\"}").as_deref(),
+        Some(samples.to_string().as_str()),
+        "Prometheus ingested a different number of samples than rdmad exposes"
+    );
+    let want = exposition
+        .lines()
+        .find(|l| l.starts_with("rdma_port_xmit_data_bytes_total{device=\"mlx5_0\""))
+        .and_then(|l| l.rsplit_once(' '))
+        .map(|(_, v)| v.to_string())
+        .expect("the fixture has xmit data");
+    assert_eq!(
+        query(
+            prom_port,
+            "rdma_port_xmit_data_bytes_total{device=\"mlx5_0\"}"
+        )
+        .as_deref(),
+        Some(want.as_str())
+    );
+    assert_eq!(
+        query(
+            prom_port,
+            "rdma_port_info{device=\"mlx5_0\",netdev=\"ens1f0np0\"}"
+        )
+        .as_deref(),
+        Some("1")
+    );
+    drop(_prometheus);
+    let _ = std::fs::remove_dir_all(&dir);
+}

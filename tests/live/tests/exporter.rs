@@ -1,0 +1,374 @@
+//! Live exporter test, run INSIDE the Soft-RoCE lab VM (never on the host): rdmad serving
+//! real rxe devices must report every hw counter file with the value sysfs shows, the port
+//! info of rxe0, rxe_a and rxe_b, packet counters that grow under ib_write_bw traffic, and
+//! resource counts equal to what `rdma resource show` prints.
+//!
+//! The expected metric names are derived here independently of rdmad's naming code
+//! (`rdma_port_hw_<file>_total{device,port}`; `lifespan` in ms becomes
+//! `rdma_port_hw_lifespan_seconds`), so a naming regression fails this test too.
+//! No device is a failure, never a skip: the lab always boots with rxe0, rxe_a and rxe_b.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CLASS: &str = "/sys/class/infiniband";
+const LAB_DEVICES: [&str; 3] = ["rxe0", "rxe_a", "rxe_b"];
+
+fn rdmad_bin() -> PathBuf {
+    std::env::var_os("RDMAD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/rdma/bin/rdmad"))
+}
+
+/// rdmad serving on a free loopback port; killed on drop.
+struct Rdmad {
+    child: Child,
+    port: u16,
+}
+
+impl Rdmad {
+    fn start(extra: &[&str]) -> Rdmad {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        let child = Command::new(rdmad_bin())
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(extra)
+            .env("RDMAD_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("FAIL: cannot start {}: {e}", rdmad_bin().display()));
+        let rdmad = Rdmad { child, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok((status, _, body)) = rdmad.try_get("/healthz") {
+                if status.contains("200") && body == "ok\n" {
+                    return rdmad;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "FAIL: rdmad did not answer /healthz on port {port} within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn try_get(&self, path: &str) -> std::io::Result<(String, String, String)> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        let (head, body) = response
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| std::io::Error::other("no HTTP header end"))?;
+        let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+        Ok((
+            status.to_string(),
+            headers.to_ascii_lowercase(),
+            body.to_string(),
+        ))
+    }
+
+    /// Scrape /metrics: (content-type header block, series -> value, raw text).
+    fn scrape(&self) -> (String, BTreeMap<String, f64>, String) {
+        let (status, headers, body) = self
+            .try_get("/metrics")
+            .unwrap_or_else(|e| panic!("FAIL: GET /metrics: {e}"));
+        assert!(status.contains("200"), "FAIL: /metrics answered {status}");
+        (headers, parse_exposition(&body), body)
+    }
+}
+
+impl Drop for Rdmad {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Series (name and labels exactly as printed) -> value.
+fn parse_exposition(text: &str) -> BTreeMap<String, f64> {
+    let mut series = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (name, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("FAIL: malformed sample line {line:?}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("FAIL: bad value in {line:?}"));
+        series.insert(name.to_string(), value);
+    }
+    series
+}
+
+/// Every hw counter file of every port: (device, port, file) -> raw value.
+fn read_hw_counters() -> BTreeMap<(String, String, String), u64> {
+    let mut values = BTreeMap::new();
+    let devices = std::fs::read_dir(CLASS).unwrap_or_else(|e| {
+        panic!("FAIL: {CLASS}: {e}: no RDMA devices; the live suite must run in the lab")
+    });
+    for device in devices.flatten() {
+        let dev = device.file_name().to_string_lossy().into_owned();
+        let Ok(ports) = std::fs::read_dir(device.path().join("ports")) else {
+            continue;
+        };
+        for port in ports.flatten() {
+            let num = port.file_name().to_string_lossy().into_owned();
+            let Ok(files) = std::fs::read_dir(port.path().join("hw_counters")) else {
+                continue;
+            };
+            for file in files.flatten() {
+                let name = file.file_name().to_string_lossy().into_owned();
+                let text = std::fs::read_to_string(file.path())
+                    .unwrap_or_else(|e| panic!("FAIL: read {}: {e}", file.path().display()));
+                let value = text.trim().parse().unwrap_or_else(|_| {
+                    panic!("FAIL: {}: not a number: {text:?}", file.path().display())
+                });
+                values.insert((dev.clone(), num.clone(), name), value);
+            }
+        }
+    }
+    values
+}
+
+/// The series rdmad must export for a hw counter file, and the value it must have.
+fn expected(device: &str, port: &str, file: &str, raw: u64) -> (String, f64) {
+    let labels = format!("{{device=\"{device}\",port=\"{port}\"}}");
+    if file == "lifespan" {
+        (
+            format!("rdma_port_hw_lifespan_seconds{labels}"),
+            raw as f64 / 1000.0,
+        )
+    } else {
+        (format!("rdma_port_hw_{file}_total{labels}"), raw as f64)
+    }
+}
+
+fn assert_lab_devices_present() {
+    for device in LAB_DEVICES {
+        assert!(
+            Path::new(CLASS).join(device).exists(),
+            "FAIL: {CLASS}/{device} missing: the lab must boot with --devices 2"
+        );
+    }
+}
+
+#[test]
+fn port_info_for_every_lab_device() {
+    assert_lab_devices_present();
+    let rdmad = Rdmad::start(&[]);
+    let (headers, series, text) = rdmad.scrape();
+    assert!(
+        headers.contains("content-type: text/plain; version=0.0.4"),
+        "FAIL: wrong content type: {headers}"
+    );
+    for (device, netdev) in [("rxe0", "eth0"), ("rxe_a", "veth0"), ("rxe_b", "veth1")] {
+        let info = format!(
+            "rdma_port_info{{device=\"{device}\",port=\"1\",link_layer=\"Ethernet\",netdev=\"{netdev}\",state=\"ACTIVE\",phys_state=\"LinkUp\"}}"
+        );
+        assert_eq!(
+            series.get(&info),
+            Some(&1.0),
+            "FAIL: {info} missing; rdma_port_info lines:\n{}",
+            text.lines()
+                .filter(|l| l.starts_with("rdma_port_info"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let state = format!("rdma_port_state_id{{device=\"{device}\",port=\"1\"}}");
+        assert_eq!(series.get(&state), Some(&4.0), "FAIL: {state}");
+        let errors =
+            format!("rdma_sysfs_read_errors{{collector=\"sysfs_counters\",device=\"{device}\"}}");
+        assert_eq!(series.get(&errors), Some(&0.0), "FAIL: {errors}");
+    }
+    for collector in ["sysfs_info", "sysfs_counters"] {
+        let success = format!("rdma_scrape_collector_success{{collector=\"{collector}\"}}");
+        assert_eq!(series.get(&success), Some(&1.0), "FAIL: {success}");
+    }
+    assert!(
+        text.contains("# HELP rdma_port_hw_sent_pkts_total RoCE packets"),
+        "FAIL: HELP for sent_pkts does not come from the catalog"
+    );
+}
+
+#[test]
+fn every_hw_counter_file_has_a_series_with_its_value() {
+    assert_lab_devices_present();
+    let rdmad = Rdmad::start(&[]);
+    // Counters may move between the sysfs read and the scrape: compare only files that did
+    // not change across the scrape, and retry until every file was stable once.
+    let mut unchecked: Option<Vec<String>> = None;
+    let mut checked = 0usize;
+    for _attempt in 0..5 {
+        let before = read_hw_counters();
+        let (_, series, _) = rdmad.scrape();
+        let after = read_hw_counters();
+        assert!(
+            before.len() >= 3 * 16,
+            "FAIL: expected 16 hw counters on each of rxe0, rxe_a, rxe_b; found {}",
+            before.len()
+        );
+        let mut moving = Vec::new();
+        checked = 0;
+        for ((device, port, file), raw) in &before {
+            let (name, want) = expected(device, port, file, *raw);
+            let got = series.get(&name).unwrap_or_else(|| {
+                panic!("FAIL: no series {name} for {device}/ports/{port}/hw_counters/{file}")
+            });
+            if after.get(&(device.clone(), port.clone(), file.clone())) != Some(raw) {
+                moving.push(name);
+                continue;
+            }
+            assert_eq!(
+                *got, want,
+                "FAIL: {name} = {got}, sysfs says {want} (stable)"
+            );
+            checked += 1;
+        }
+        if moving.is_empty() {
+            unchecked = None;
+            break;
+        }
+        unchecked = Some(moving);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(
+        unchecked.is_none(),
+        "FAIL: counters kept moving on an idle lab: {unchecked:?}"
+    );
+    assert!(checked >= 48, "FAIL: only {checked} files compared");
+}
+
+fn counter(series: &BTreeMap<String, f64>, device: &str, file: &str) -> f64 {
+    let (name, _) = expected(device, "1", file, 0);
+    *series
+        .get(&name)
+        .unwrap_or_else(|| panic!("FAIL: no series {name}"))
+}
+
+#[test]
+fn packet_counters_grow_under_traffic() {
+    assert_lab_devices_present();
+    let rdmad = Rdmad::start(&[]);
+    let (_, before, _) = rdmad.scrape();
+    let common = ["-x", "1", "-s", "4096", "-n", "200"];
+    let mut server = Command::new("timeout")
+        .args(["60", "ib_write_bw", "-d", "rxe_a"])
+        .args(common)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("FAIL: cannot start ib_write_bw (server)");
+    std::thread::sleep(Duration::from_secs(1));
+    let client = Command::new("timeout")
+        .args(["60", "ib_write_bw", "-d", "rxe_b"])
+        .args(common)
+        .arg("10.1.0.1")
+        .output()
+        .expect("FAIL: cannot run ib_write_bw (client)");
+    let server_status = server.wait().expect("server exits");
+    let mut server_out = String::new();
+    if let Some(mut s) = server.stdout.take() {
+        let _ = s.read_to_string(&mut server_out);
+    }
+    assert!(
+        client.status.success() && server_status.success(),
+        "FAIL: ib_write_bw failed: client {} {}{}; server {server_status} {server_out}",
+        client.status,
+        String::from_utf8_lossy(&client.stdout),
+        String::from_utf8_lossy(&client.stderr)
+    );
+    let (_, after, _) = rdmad.scrape();
+    for device in ["rxe_a", "rxe_b"] {
+        for file in ["sent_pkts", "rcvd_pkts"] {
+            let (b, a) = (
+                counter(&before, device, file),
+                counter(&after, device, file),
+            );
+            eprintln!("{device} {file}: {b} -> {a}");
+            assert!(a > b, "FAIL: {device} {file} did not grow: {b} -> {a}");
+        }
+    }
+    // The client WROTE 200 x 4096 bytes: at least one packet per message left rxe_b.
+    let sent = counter(&after, "rxe_b", "sent_pkts") - counter(&before, "rxe_b", "sent_pkts");
+    assert!(
+        sent >= 200.0,
+        "FAIL: rxe_b sent only {sent} packets for 200 writes"
+    );
+}
+
+#[test]
+fn excluded_devices_are_not_exported() {
+    assert_lab_devices_present();
+    let out = Command::new(rdmad_bin())
+        .args(["--once", "--collector.device-exclude=rxe_.*"])
+        .output()
+        .expect("FAIL: rdmad --once runs");
+    assert!(out.status.success(), "FAIL: rdmad --once: {}", out.status);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("rdma_port_info{device=\"rxe0\""),
+        "FAIL: rxe0 missing"
+    );
+    assert!(
+        !text.contains("rxe_a") && !text.contains("rxe_b"),
+        "FAIL: excluded devices exported"
+    );
+}
+
+#[test]
+fn resource_counts_match_rdma_resource_show() {
+    assert_lab_devices_present();
+    let rdmad = Rdmad::start(&[]);
+    let (_, series, _) = rdmad.scrape();
+    let out = Command::new("rdma")
+        .args(["resource", "show"])
+        .output()
+        .expect("FAIL: cannot run `rdma resource show`");
+    assert!(
+        out.status.success(),
+        "FAIL: rdma resource show: {}",
+        out.status
+    );
+    // "0: rxe0: pd 1 cq 1 qp 1 cm_id 0 mr 0 ctx 0 srq 0"
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut compared = 0;
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(device) = words.get(1).map(|d| d.trim_end_matches(':')) else {
+            continue;
+        };
+        for pair in words[2..].chunks(2) {
+            let [kind, count] = pair else { continue };
+            let want: f64 = count
+                .parse()
+                .unwrap_or_else(|_| panic!("FAIL: odd `rdma resource show` line {line:?}"));
+            let name = format!("rdma_resources{{device=\"{device}\",type=\"{kind}\"}}");
+            assert_eq!(series.get(&name), Some(&want), "FAIL: {name} vs {line:?}");
+            compared += 1;
+        }
+    }
+    assert!(
+        compared >= 3 * 7,
+        "FAIL: compared only {compared} counts:\n{text}"
+    );
+    // Every lab device has at least the kernel's GSI QP.
+    for device in LAB_DEVICES {
+        let qp = format!("rdma_resources{{device=\"{device}\",type=\"qp\"}}");
+        assert!(series.get(&qp).is_some_and(|v| *v >= 1.0), "FAIL: {qp}");
+    }
+}
