@@ -50,8 +50,9 @@ pub struct RunSpec {
     pub files: Vec<(PathBuf, String)>,
     /// Environment for the command.
     pub env: Vec<(String, String)>,
-    /// Forward 127.0.0.1:host to the guest's port: (host, guest).
-    pub forward: Option<(u16, u16)>,
+    /// Forward 127.0.0.1:host to the guest's port: (host, guest). In shell mode the first
+    /// one is where rdmad listens inside.
+    pub forwards: Vec<(u16, u16)>,
 }
 
 impl Default for RunSpec {
@@ -65,7 +66,7 @@ impl Default for RunSpec {
             timeout: Some(Duration::from_secs(900)),
             files: Vec::new(),
             env: Vec::new(),
-            forward: None,
+            forwards: Vec::new(),
         }
     }
 }
@@ -231,18 +232,18 @@ fn run_in(
     let kept_console = cache.join("last-console.log");
 
     let accel = pick_accel();
-    let (mode, guest_port) = match (&spec.mode, spec.forward) {
-        (Mode::Shell, Some((_, g))) => ("shell", g),
-        (Mode::Shell, None) => ("shell", 9736),
-        (Mode::Run(_), f) => ("run", f.map(|x| x.1).unwrap_or(9736)),
+    let mode = match spec.mode {
+        Mode::Shell => "shell",
+        Mode::Run(_) => "run",
     };
+    let guest_port = spec.forwards.first().map(|f| f.1).unwrap_or(9736);
     let append = format!(
         "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off lab.mode={mode} lab.devices={} lab.rxe={} lab.port={guest_port}",
         spec.devices,
         if spec.rxe { 1 } else { 0 }
     );
     let mut netdev = "user,id=n0".to_string();
-    if let Some((h, g)) = spec.forward {
+    for (h, g) in &spec.forwards {
         netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{h}-:{g}"));
     }
     let mut cmd = Command::new("qemu-system-x86_64");

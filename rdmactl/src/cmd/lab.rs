@@ -77,6 +77,10 @@ struct RunArgs {
     /// Environment for the command: KEY=VALUE.
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
+    /// Forward 127.0.0.1:HOST on this machine to GUEST in the VM (e.g. to scrape an rdmad
+    /// started by CMD from a Prometheus on the host): HOST:GUEST, repeatable.
+    #[arg(long = "forward", value_name = "HOST:GUEST")]
+    forward: Vec<String>,
     /// Boot WITHOUT rdma_rxe (no RDMA device): proves that live tests fail without one.
     #[arg(long)]
     no_rxe: bool,
@@ -291,6 +295,19 @@ fn course_examples(workspace: Option<&Path>) -> Vec<(PathBuf, String)> {
     files
 }
 
+fn parse_forward(spec: &str) -> Result<(u16, u16)> {
+    let (h, g) = spec
+        .split_once(':')
+        .with_context(|| format!("--forward {spec}: expected HOST:GUEST ports"))?;
+    let port = |p: &str| -> Result<u16> {
+        p.parse::<u16>()
+            .ok()
+            .filter(|n| *n > 0)
+            .with_context(|| format!("--forward {spec}: {p:?} is not a port"))
+    };
+    Ok((port(h)?, port(g)?))
+}
+
 fn parse_add(spec: &str) -> Result<(PathBuf, String)> {
     let (host, guest) = match spec.split_once(':') {
         Some((h, g)) => (PathBuf::from(h), g.to_string()),
@@ -340,6 +357,9 @@ fn run_cmd(a: RunArgs) -> Result<ExitCode> {
     spec.mode = Mode::Run(a.command.clone());
     spec.rxe = !a.no_rxe;
     spec.timeout = Some(Duration::from_secs(a.timeout));
+    for f in &a.forward {
+        spec.forwards.push(parse_forward(f)?);
+    }
     for kv in &a.env {
         let (k, v) = kv
             .split_once('=')
@@ -374,7 +394,7 @@ fn up(a: UpArgs) -> Result<ExitCode> {
     let mut spec = spec_from(&a.vm, bins)?;
     let port = free_port(a.port)?;
     spec.mode = Mode::Shell;
-    spec.forward = Some((port, RDMAD_PORT));
+    spec.forwards = vec![(port, RDMAD_PORT)];
     spec.timeout = None;
     eprintln!();
     eprintln!(
@@ -592,6 +612,15 @@ mod tests {
                 ignored: 1
             }
         );
+    }
+
+    #[test]
+    fn forward_specs_are_checked() {
+        assert_eq!(parse_forward("19736:9736").unwrap(), (19736, 9736));
+        assert!(parse_forward("9736").is_err());
+        assert!(parse_forward("0:9736").is_err());
+        assert!(parse_forward("x:9736").is_err());
+        assert!(parse_forward("70000:1").is_err());
     }
 
     #[test]
