@@ -38,6 +38,8 @@ enum Command {
     Explain(cmd::explain::Args),
     /// Sample counters twice (or compare two saved snapshots) and explain what moved.
     Doctor(cmd::doctor::Args),
+    /// Read the course "RDMA programming fundamentals" in the terminal (list, show N [--lang it]).
+    Lesson(cmd::lesson::Args),
     /// Show RDMA devices and ports as the verbs layer sees them.
     #[cfg(feature = "verbs")]
     Verbs(cmd::verbs::Args),
@@ -69,6 +71,7 @@ fn main() -> ExitCode {
         Command::Resources(args) => cmd::resources::run(args),
         Command::Monitor(args) => cmd::monitor::run(args),
         Command::Explain(args) => cmd::explain::run(args),
+        Command::Lesson(args) => cmd::lesson::run(args),
     };
     match result {
         Ok(code) => code,

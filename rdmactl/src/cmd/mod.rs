@@ -4,6 +4,7 @@ pub mod devices;
 pub mod doctor;
 pub mod explain;
 pub mod lab;
+pub mod lesson;
 pub mod monitor;
 pub mod resources;
 #[cfg(feature = "verbs")]

@@ -1,0 +1,271 @@
+//! Live tests of the course's C examples (lessons/code), run INSIDE the Soft-RoCE lab VM.
+//!
+//! `tests/lessons-build` compiles them into target/lessons-bin/; the lab copies them to
+//! /opt/rdma/examples/ (override with LESSONS_EXAMPLES_DIR). Each test runs one example
+//! against rxe0 and checks the lines the chapter quotes. A missing example is a failure,
+//! never a skip: a lesson whose example does not run is a broken lesson.
+use live_tests::LAB_DEVICE;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TIME_LIMIT: Duration = Duration::from_secs(120);
+
+fn examples_dir() -> PathBuf {
+    std::env::var_os("LESSONS_EXAMPLES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/rdma/examples"))
+}
+
+/// What one run of an example printed.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Panic with the whole output unless `needle` appears in stdout.
+    fn expect(&self, needle: &str) -> &Self {
+        assert!(
+            self.stdout.contains(needle),
+            "expected {needle:?} in the output.\n--- stdout\n{}\n--- stderr\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// The first stdout line that starts with `prefix`.
+    fn line(&self, prefix: &str) -> &str {
+        self.stdout
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting with {prefix:?} in:\n{}", self.stdout))
+    }
+}
+
+/// Run `name rxe0 [extra...]`, kill it after TIME_LIMIT, and require exit 0 and "OK".
+fn run_ok(name: &str, extra: &[&str]) -> Run {
+    let path = examples_dir().join(name);
+    assert!(
+        path.is_file(),
+        "FAIL: example {} is missing: build with tests/lessons-build and add target/lessons-bin/* to /opt/rdma/examples/",
+        path.display()
+    );
+    let mut child = Command::new(&path)
+        .arg(LAB_DEVICE)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("FAIL: cannot start {}: {e}", path.display()));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break Some(st);
+        }
+        if start.elapsed() > TIME_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let run = Run {
+        code: status.and_then(|s| s.code()),
+        stdout: out_reader.join().unwrap_or_default(),
+        stderr: err_reader.join().unwrap_or_default(),
+    };
+    assert!(
+        status.is_some(),
+        "FAIL: {name} did not finish within {TIME_LIMIT:?}.\n--- stdout\n{}\n--- stderr\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert_eq!(
+        run.code,
+        Some(0),
+        "FAIL: {name} exited with {:?}.\n--- stdout\n{}\n--- stderr\n{}",
+        run.code,
+        run.stdout,
+        run.stderr
+    );
+    run.expect("OK\n");
+    run
+}
+
+#[test]
+fn ch01_devices_lists_rxe0_active() {
+    let r = run_ok("01_devices", &[]);
+    r.expect(&format!("device {LAB_DEVICE}:"))
+        .expect("port 1: state active, link_layer Ethernet");
+}
+
+#[test]
+fn ch02_fabric_is_roce_on_eth0() {
+    let r = run_ok("02_fabric", &[]);
+    r.expect("port 1: state active, physical state 5 (LinkUp)")
+        .expect("fabric: Ethernet (RoCE); LID 0 and SM LID 0 are unused")
+        .expect("netdev eth0, MTU 1500 -> largest RoCE MTU 1024; port active_mtu 1024")
+        .expect("UDP port 4791 (RoCE v2): a kernel socket is bound to it");
+}
+
+#[test]
+fn ch03_reg_mr_times_and_enforces_access_rules() {
+    let r = run_ok("03_reg_mr", &[]);
+    r.expect("reg_mr  67108864 B")
+        .expect("REMOTE_WRITE without LOCAL_WRITE: rejected, errno 22 (Invalid argument)")
+        .expect("REMOTE_ATOMIC without LOCAL_WRITE: rejected, errno 22");
+    // Two registrations of the same buffer get two different local keys.
+    let line = r.line("same buffer twice:");
+    let keys: Vec<&str> = line
+        .split_whitespace()
+        .filter(|w| w.starts_with("0x"))
+        .collect();
+    assert_eq!(keys.len(), 4, "{line}");
+    assert_ne!(keys[0], keys[2], "both MRs got the same lkey: {line}");
+}
+
+#[test]
+fn ch04_qp_state_machine() {
+    let r = run_ok("04_qp_states", &[]);
+    r.expect("state RESET")
+        .expect("RESET -> RTR (skipping INIT)");
+    for accepted in ["RESET -> INIT ", "INIT -> RTR ", "RTR -> RTS", "RTS -> ERR"] {
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(accepted) && !l.contains("without"))
+            .unwrap_or_else(|| panic!("no line for {accepted:?}"));
+        assert!(line.contains(" ok "), "{line}");
+    }
+    for refused in [
+        "RESET -> RTR (skipping INIT)",
+        "RESET -> INIT without IBV_QP_PORT",
+        "INIT -> RTR without IBV_QP_AV",
+        "RTS -> INIT (backwards)",
+    ] {
+        assert!(
+            r.line(refused)
+                .contains("rejected: Invalid argument (errno 22)"),
+            "{refused}: {}",
+            r.line(refused)
+        );
+    }
+    assert!(r.line("ERR -> RESET").ends_with("state RESET"));
+}
+
+#[test]
+fn ch05_rc_loopback_send_recv() {
+    let r = run_ok("05_rc_loopback", &["50"]);
+    r.expect("gid[1] ::ffff:10.0.2.15")
+        .expect("both QPs in RTS")
+        .expect("B: recv completion: success, 64 bytes: \"hello from QP 0x")
+        .expect("ping-pong: 50 round trips");
+}
+
+#[test]
+fn ch05_rdma_cm_connects_over_10_0_2_15() {
+    let r = run_ok("05_rdma_cm", &[]);
+    r.expect("server: listening on 10.0.2.15:7471")
+        .expect("client: event RDMA_CM_EVENT_ROUTE_RESOLVED")
+        .expect("server: event RDMA_CM_EVENT_CONNECT_REQUEST")
+        .expect("server: received 64 bytes: \"hello over rdma_cm")
+        .expect("client: event RDMA_CM_EVENT_DISCONNECTED");
+}
+
+#[test]
+fn ch06_write_imm_read_atomics() {
+    let r = run_ok("06_write_read", &[]);
+    r.expect("B's buffer now \"written by A with RDMA WRITE\"; completions at B: 0")
+        .expect("IBV_WC_RECV_RDMA_WITH_IMM imm 0xc0ffee")
+        .expect("A's buffer now \"B's data, fetched by A with RDMA READ\"")
+        .expect("FETCH_AND_ADD +5: old value 100, counter at B now 105")
+        .expect("CMP_AND_SWP 105->1: old value 105, counter at B now 1");
+}
+
+#[test]
+fn ch07_gid_table_shows_roce_v2_ipv4_gid() {
+    let r = run_ok("07_gid_table", &[]);
+    r.expect("link_layer Ethernet, lid 0")
+        .expect("gid[ 0] fe80::5054:ff:fe12:3456")
+        .expect("gid[ 1] ::ffff:10.0.2.15             RoCE v2  netdev eth0")
+        .expect("connect QPs with gid index 1 (::ffff:10.0.2.15)");
+}
+
+#[test]
+fn ch08_wc_errors_rnr_and_remote_access() {
+    let r = run_ok("08_wc_errors", &[]);
+    r.expect("status IBV_WC_RNR_RETRY_EXC_ERR (13): RNR retry counter exceeded")
+        .expect("status IBV_WC_WR_FLUSH_ERR (5)")
+        .expect("status IBV_WC_REM_ACCESS_ERR (10): remote access error")
+        .expect("QP states: A ERR, B ERR");
+    assert!(r.line("QP states:").contains("A ERR, B RTS"));
+    // Recovery: the SEND after RESET -> RTS succeeds.
+    r.expect("A: wr_id 4 status IBV_WC_SUCCESS");
+}
+
+#[test]
+fn ch09_teardown_order_and_ebusy() {
+    let r = run_ok("09_teardown", &[]);
+    assert!(r
+        .line("ibv_dealloc_pd (MR and QP still use it)")
+        .contains("EBUSY"));
+    assert!(r
+        .line("ibv_destroy_cq (QP still uses it)")
+        .contains("EBUSY"));
+    assert!(r
+        .line("ibv_destroy_comp_channel (CQ still uses it)")
+        .contains("EBUSY"));
+    r.expect("EBUSY seen 4 times; everything freed");
+}
+
+#[test]
+fn ch10_rkey_is_checked_by_the_responder() {
+    let r = run_ok("10_rkey_check", &[]);
+    assert!(r.line("1. inside the MR").ends_with("IBV_WC_SUCCESS"));
+    for refused in ["2. ", "3. ", "4. ", "5b. ", "6d. "] {
+        assert!(
+            r.line(refused).ends_with("IBV_WC_REM_ACCESS_ERR"),
+            "{}",
+            r.line(refused)
+        );
+    }
+    // rxe does not enforce type-2 window bounds; the example must say so, not hide it.
+    r.expect("window bounds: NOT enforced by this device");
+}
+
+#[test]
+fn ch11_counters_move_with_traffic() {
+    let r = run_ok("11_counters", &[]);
+    r.expect("hw_counters: present")
+        .expect("ports/1/counters: absent")
+        .expect("IBV_WC_RNR_RETRY_EXC_ERR");
+    let delta = |name: &str| -> u64 {
+        let line = r.line(&format!("  {name} "));
+        let plus = line.rsplit("(+").next().unwrap().trim_end_matches(')');
+        plus.parse()
+            .unwrap_or_else(|_| panic!("bad delta in {line:?}"))
+    };
+    assert!(
+        delta("sent_pkts") >= 1000,
+        "4 KiB x 200 at MTU 1024 plus ACKs"
+    );
+    assert!(delta("rdma_recvs") >= 100);
+    assert_eq!(delta("retry_rnr_exceeded_err"), 1);
+    assert_eq!(delta("rcvd_rnr_err"), 1);
+}
