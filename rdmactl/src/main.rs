@@ -34,6 +34,8 @@ enum Command {
     Resources(cmd::resources::Args),
     /// Print RDMA device and link events as they come (Ctrl-C ends).
     Monitor(cmd::monitor::Args),
+    /// Live full-screen view of RDMA ports: rates, errors explained, QPs, probes, events.
+    Top(cmd::top::Args),
     /// Explain an RDMA counter: what it counts, likely causes, what to check next.
     Explain(cmd::explain::Args),
     /// Sample counters twice (or compare two saved snapshots) and explain what moved.
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Lab(args) => cmd::lab::run(args),
+        Command::Top(args) => cmd::top::run(args),
         Command::Devices(args) => cmd::devices::run(args),
         Command::Counters(args) => cmd::counters::run(args),
         #[cfg(feature = "verbs")]

@@ -12,7 +12,7 @@ use crate::{host, LabError, Progress};
 pub const KERNEL_META: &str = "linux-image-amd64";
 
 /// User space of the image: busybox for the shell and tools, rdma-core, perftest, iproute2
-/// (`rdma`, `ip`) and the shared libraries they need (checked with readelf at build time).
+/// (`rdma`, `ip`), tmux, and the shared libraries they need (checked with readelf at build time).
 pub const USERSPACE: &[&str] = &[
     "busybox",
     "libc6",
@@ -36,6 +36,15 @@ pub const USERSPACE: &[&str] = &[
     "libpci3",
     "libudev1",
     "zlib1g",
+    // tmux drives `rdmactl top` in the live suite (tests/live/tests/top.rs); ncurses-base
+    // gives it (and the lab shell) the basic terminfo entries, libc-bin the C.UTF-8 locale
+    // without which tmux 3.3 refuses to start.
+    "tmux",
+    "libc-bin",
+    "libevent-core-2.1-7",
+    "libtinfo6",
+    "libutempter0",
+    "ncurses-base",
 ];
 
 /// Files of those packages left out of the image: their libraries (SELinux, Kerberos via

@@ -7,6 +7,7 @@ pub mod lab;
 pub mod lesson;
 pub mod monitor;
 pub mod resources;
+pub mod top;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 

@@ -1,0 +1,250 @@
+//! `rdmactl top`: a live, full-screen view of RDMA devices, like `top`.
+//!
+//! `rdmactl top [--path.sysfs P] [--interval SECS] [--rdmad URL]`. A table of every port
+//! (state, link rate, link layer, RX/TX bytes and packets per second, error counters per
+//! second highlighted when not zero), the counter catalog's explanation of the selected port
+//! or counter, QPs by state and process (RDMA netlink, live `/sys` only), rdmad's
+//! `rdma_probe_*` series when `--rdmad` is given, and an event log (tui-logger).
+//!
+//! Layout follows tokio-console: `state/` is the model (no drawing), `view/` one file per
+//! screen or pane, `input.rs` the key predicates, `term.rs` the terminal guard whose Drop
+//! restores the screen, `sampler.rs` the one thread that reads sysfs, netlink and rdmad.
+//! One loop here: wait for a key (up to a tick), apply it (views return intents), take any
+//! new sample, redraw. No RDMA device at start is exit code 3, reported before the screen
+//! is touched; devices that vanish later are shown as gone, not fatal. Ctrl-C, `q`, SIGTERM
+//! and panics all restore the terminal.
+
+mod input;
+mod sampler;
+mod state;
+mod term;
+mod view;
+
+use crate::cmd::devices::no_devices;
+use crate::exit;
+use anyhow::Context;
+use ratatui::crossterm::event::{self, Event as TermEvent};
+use rdmakit::catalog::Catalog;
+use rdmakit::doctor::Rules;
+use rdmakit::sysfs::SysfsReader;
+use sampler::{Sample, SamplerConfig};
+use state::events::{Event, Level};
+use state::probes::ProbeStatus;
+use state::TopState;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+use tui_logger::{LevelFilter, TuiWidgetState};
+
+/// How long the loop waits for a key before looking for a new sample.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Live view of RDMA devices: ports, rates, errors explained, QPs, probes and events.
+///
+/// Keys: Up/Down (j/k) select, Enter explain, Esc back, s sort, f filter, ? help, q quit.
+/// Examples: `rdmactl top`, `rdmactl top --interval 2 --rdmad http://127.0.0.1:9736`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Keys: Up/Down or k/j select, Enter explain, Esc back, s sort, \
+f filter, ? help, q or Ctrl-C quit.\n\
+Exit codes: 0 quit, 1 failure, 2 usage error, 3 no RDMA device at start."
+)]
+pub struct Args {
+    /// The sysfs root; devices are read from <PATH>/class/infiniband.
+    #[arg(long = "path.sysfs", value_name = "PATH", default_value = "/sys")]
+    pub path_sysfs: PathBuf,
+    /// Seconds between samples.
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_interval)]
+    pub interval: Duration,
+    /// rdmad's address (`http://host:port`): show its rdma_probe_* series from /metrics.
+    #[arg(long, value_name = "URL")]
+    pub rdmad: Option<String>,
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("not a number of seconds: {text:?}"))?;
+    if secs.is_nan() || !(0.1..=3600.0).contains(&secs) {
+        return Err("the interval must be between 0.1 and 3600 seconds".to_owned());
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+}
+
+/// Runs `rdmactl top`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(url) = &args.rdmad {
+        sampler::parse_url(url).map_err(|e| anyhow::anyhow!("--rdmad: {e}"))?;
+    }
+    let reader = SysfsReader::new(&args.path_sysfs);
+    // No device: say so and exit 3 before the screen is touched.
+    if reader.device_names()?.is_empty() {
+        return Err(no_devices(&args.path_sysfs));
+    }
+    let catalog = Catalog::embedded()
+        .map_err(|e| anyhow::anyhow!("the embedded counter catalog is broken: {e}"))?;
+    let config = SamplerConfig {
+        reader,
+        interval: args.interval,
+        rdmad: args.rdmad.clone(),
+    };
+    // The first sample is taken before the screen changes, so a broken tree fails cleanly.
+    let first = sampler::sample(&config);
+    if let Err(e) = &first.snapshot {
+        anyhow::bail!("cannot read RDMA devices: {e}");
+    }
+
+    let rules = Rules::embedded();
+    if let Err(e) = &rules {
+        log_event(&Event::warn(
+            "doctor",
+            format!("the doctor's rules do not load ({e}): no counter anomaly events"),
+        ));
+    }
+    let mut state = TopState::new(catalog, rules.ok());
+    if args.rdmad.is_some() {
+        state.probes = ProbeStatus::Pending;
+    }
+    tui_logger::set_default_level(LevelFilter::Trace);
+    let log_state = TuiWidgetState::new().set_default_display_level(LevelFilter::Info);
+    apply_sample(&mut state, first);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .context("install the signal handler")?;
+    }
+    let (tx, rx) = mpsc::channel::<Sample>();
+    let sampler_stop = Arc::clone(&stop);
+    let sampler_config = config.clone();
+    std::thread::Builder::new()
+        .name("top-sampler".into())
+        .spawn(move || {
+            // Nothing may write over the screen from this thread either.
+            let _quiet =
+                tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
+            // The first sample was taken above; start one interval later.
+            std::thread::sleep(sampler_config.interval);
+            sampler::run(sampler_config, tx, sampler_stop)
+        })
+        .context("start the sampler thread")?;
+
+    // Library warnings must not write over the screen: silence tracing on this thread
+    // (sample problems reach the log pane through the state instead).
+    let _quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
+    term::install_panic_hook();
+    let header = view::Header {
+        root: args.path_sysfs.display().to_string(),
+        interval: args.interval.as_secs_f64(),
+    };
+    let mut guard = term::TerminalGuard::enter().context("set up the terminal")?;
+    let result = ui_loop(&mut guard, &mut state, &header, &log_state, &rx, &stop);
+    stop.store(true, Ordering::Relaxed);
+    drop(guard);
+    result?;
+    Ok(ExitCode::from(exit::OK))
+}
+
+/// The one loop: keys, samples, redraws, until an intent or a signal says quit.
+fn ui_loop(
+    guard: &mut term::TerminalGuard,
+    state: &mut TopState,
+    header: &view::Header,
+    log_state: &TuiWidgetState,
+    rx: &mpsc::Receiver<Sample>,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    if std::env::var_os("RDMACTL_TOP_TEST_PANIC").is_some() {
+        // Test hook: proves the panic hook restores the terminal (rdmactl/tests/top.rs).
+        guard
+            .terminal
+            .draw(|f| view::draw(f, state, header, log_state))?;
+        panic!("RDMACTL_TOP_TEST_PANIC is set");
+    }
+    let mut dirty = true;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if dirty {
+            tui_logger::move_events();
+            guard
+                .terminal
+                .draw(|f| view::draw(f, state, header, log_state))
+                .context("draw")?;
+            dirty = false;
+        }
+        if event::poll(TICK).context("read the terminal")? {
+            match event::read().context("read the terminal")? {
+                TermEvent::Key(key) => {
+                    if view::handle_key(state, &key) == view::Intent::Quit {
+                        return Ok(());
+                    }
+                    dirty = true;
+                }
+                TermEvent::Resize(_, _) => {
+                    guard.terminal.autoresize().context("resize")?;
+                    dirty = true;
+                }
+                _ => {}
+            }
+        }
+        loop {
+            match rx.try_recv() {
+                Ok(sample) => {
+                    apply_sample(state, sample);
+                    dirty = true;
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    anyhow::bail!("the sampler thread stopped")
+                }
+            }
+        }
+    }
+}
+
+/// Fold one sample into the state and log its events.
+fn apply_sample(state: &mut TopState, sample: Sample) {
+    let events = match sample.snapshot {
+        Ok(snapshot) => state.apply_snapshot(snapshot, sample.at),
+        Err(e) => state.apply_sample_error(e),
+    };
+    for e in &events {
+        log_event(e);
+    }
+    // A failing scrape is logged when it starts failing or fails differently, not each time.
+    match (&state.probes, &sample.probes) {
+        (ProbeStatus::Unreachable(old), ProbeStatus::Unreachable(new)) if old == new => {}
+        (_, ProbeStatus::Unreachable(why)) => {
+            log_event(&Event::warn("rdmad", format!("scrape failed: {why}")))
+        }
+        (ProbeStatus::Series(_), ProbeStatus::Series(_)) => {}
+        (_, ProbeStatus::Series(series)) => log_event(&Event::info(
+            "rdmad",
+            format!("scrape works: {} rdma_probe_* series", series.len()),
+        )),
+        _ => {}
+    }
+    state.probes = sample.probes;
+    state.resources = sample.resources;
+}
+
+/// One line into tui-logger's buffer (straight to its drain: the process-wide `log` logger
+/// belongs to the tracing subscriber that `main` installs).
+fn log_event(e: &Event) {
+    let level = match e.level {
+        Level::Error => log::Level::Error,
+        Level::Warn => log::Level::Warn,
+        Level::Info => log::Level::Info,
+    };
+    tui_logger::Drain::new().log(
+        &log::Record::builder()
+            .args(format_args!("{}", e.message))
+            .level(level)
+            .target(e.target)
+            .build(),
+    );
+}
