@@ -6,11 +6,11 @@
 //! `libibverbs.so.1` from a static constructor), so binaries start on hosts without rdma-core
 //! and get [`VerbsError::NoRdmaStack`] instead of a crash.
 //!
-//! Object graph: [`Context`] (an open device) -> [`ProtectionDomain`] -> [`MemoryRegion`] and
-//! [`QueuePair`]; [`CompletionQueue`] hangs off the context. Every child holds an `Arc` to its
-//! parent, so a parent is freed only after all its children. No value read from the library is
-//! trusted: unknown enum codes become `Unknown(code)` variants or [`VerbsError::InvalidValue`],
-//! never a panic.
+//! Object graph: [`Context`] (an open device) -> [`ProtectionDomain`] -> [`MemoryRegion`] (and
+//! [`MemoryWindow`]s over it) and [`QueuePair`]; [`CompletionQueue`] hangs off the context.
+//! Every child holds an `Arc` to its parent, so a parent is freed only after all its children.
+//! No value read from the library is trusted: unknown enum codes become `Unknown(code)`
+//! variants or [`VerbsError::InvalidValue`], never a panic.
 //!
 //! ```no_run
 //! use rdma_verbs::{AccessFlags, GidType, RtrParams, RtsParams, SendOp, Sge, WcStatus};
@@ -51,11 +51,13 @@
 
 mod codes;
 mod cq;
+mod cycles;
 mod device;
 mod error;
 mod event;
 mod gid;
 mod mr;
+mod mw;
 mod pd;
 mod port;
 mod qp;
@@ -66,12 +68,14 @@ pub use codes::{
     Transport, WcOpcode, WcStatus,
 };
 pub use cq::{CompletionQueue, WorkCompletion};
+pub use cycles::cycles;
 pub use device::{devices, open, Context, DeviceAttr, DeviceInfo, Guid};
 pub use error::{NoStackReason, VerbsError};
 pub use event::{AsyncEvent, EventElement};
 pub use gid::GidEntry;
 pub use mr::{AccessFlags, MemoryRegion, RemoteBuffer};
+pub use mw::MemoryWindow;
 pub use pd::ProtectionDomain;
 pub use port::{speed_name, width_name, PortAttr};
-pub use qp::{QpCaps, QpEndpoint, QueuePair, RtrParams, RtsParams, SendOp, Sge};
+pub use qp::{QpCaps, QpEndpoint, QueuePair, RtrAttr, RtrParams, RtsParams, SendOp, Sge};
 pub use stack::stack_available;

@@ -79,6 +79,60 @@ pub struct RtrParams {
     pub min_rnr_timer: u8,
 }
 
+/// The attributes INIT -> RTR must carry (each one bit of the `ibv_modify_qp` mask).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub enum RtrAttr {
+    /// `IBV_QP_AV`: the address vector (remote GID or LID, port, SGID index).
+    Av,
+    /// `IBV_QP_PATH_MTU`.
+    PathMtu,
+    /// `IBV_QP_DEST_QPN`: the remote QP number.
+    DestQpn,
+    /// `IBV_QP_RQ_PSN`: the first PSN expected from the peer.
+    RqPsn,
+    /// `IBV_QP_MAX_DEST_RD_ATOMIC`: incoming READ/atomic resources.
+    MaxDestRdAtomic,
+    /// `IBV_QP_MIN_RNR_TIMER`: the RNR NAK delay we ask peers to wait.
+    MinRnrTimer,
+}
+
+impl RtrAttr {
+    /// Every attribute RTR needs, in mask-bit order.
+    pub const ALL: [RtrAttr; 6] = [
+        RtrAttr::Av,
+        RtrAttr::PathMtu,
+        RtrAttr::DestQpn,
+        RtrAttr::RqPsn,
+        RtrAttr::MaxDestRdAtomic,
+        RtrAttr::MinRnrTimer,
+    ];
+
+    /// The `IBV_QP_*` mask bit.
+    pub fn mask_bit(self) -> u32 {
+        match self {
+            RtrAttr::Av => M::IBV_QP_AV.0,
+            RtrAttr::PathMtu => M::IBV_QP_PATH_MTU.0,
+            RtrAttr::DestQpn => M::IBV_QP_DEST_QPN.0,
+            RtrAttr::RqPsn => M::IBV_QP_RQ_PSN.0,
+            RtrAttr::MaxDestRdAtomic => M::IBV_QP_MAX_DEST_RD_ATOMIC.0,
+            RtrAttr::MinRnrTimer => M::IBV_QP_MIN_RNR_TIMER.0,
+        }
+    }
+
+    /// The mask bit's name, e.g. `IBV_QP_AV`.
+    pub fn ibv_name(self) -> &'static str {
+        match self {
+            RtrAttr::Av => "IBV_QP_AV",
+            RtrAttr::PathMtu => "IBV_QP_PATH_MTU",
+            RtrAttr::DestQpn => "IBV_QP_DEST_QPN",
+            RtrAttr::RqPsn => "IBV_QP_RQ_PSN",
+            RtrAttr::MaxDestRdAtomic => "IBV_QP_MAX_DEST_RD_ATOMIC",
+            RtrAttr::MinRnrTimer => "IBV_QP_MIN_RNR_TIMER",
+        }
+    }
+}
+
 /// Parameters for RTR -> RTS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RtsParams {
@@ -165,6 +219,8 @@ pub enum SendOp {
 pub struct QueuePair {
     qp: NonNull<ibv_qp>,
     qp_num: u32,
+    /// Inline data bytes the provider granted at creation.
+    max_inline: u32,
     // Dropped after the QP (declaration order): the QP must go before its CQs and PD.
     send_cq: Arc<CompletionQueue>,
     recv_cq: Arc<CompletionQueue>,
@@ -256,6 +312,8 @@ impl ProtectionDomain {
         Ok(QueuePair {
             qp,
             qp_num,
+            // ibv_create_qp writes the granted sizes back into `init.cap`.
+            max_inline: init.cap.max_inline_data,
             send_cq: Arc::clone(send_cq),
             recv_cq: Arc::clone(recv_cq),
             pd: Arc::clone(self),
@@ -376,6 +434,13 @@ impl QueuePair {
 
     /// INIT -> RTR: connect to the remote QP (RoCE: through a GRH to `remote.gid`).
     pub fn to_rtr(&self, p: &RtrParams) -> Result<(), VerbsError> {
+        self.to_rtr_omitting(p, &[])
+    }
+
+    /// INIT -> RTR with some required attributes left out of the mask: the device refuses
+    /// (EINVAL) and the error names the transition. For teaching what RTR needs; `omit` empty
+    /// is exactly [`to_rtr`](Self::to_rtr).
+    pub fn to_rtr_omitting(&self, p: &RtrParams, omit: &[RtrAttr]) -> Result<(), VerbsError> {
         if let Mtu::Unknown(code) = p.path_mtu {
             return Err(VerbsError::InvalidArgument(format!("path MTU code {code}")));
         }
@@ -397,13 +462,10 @@ impl QueuePair {
             a.ah_attr.grh.traffic_class = 0;
             a.ah_attr.grh.flow_label = 0;
         }
-        let mask = M::IBV_QP_STATE.0
-            | M::IBV_QP_AV.0
-            | M::IBV_QP_PATH_MTU.0
-            | M::IBV_QP_DEST_QPN.0
-            | M::IBV_QP_RQ_PSN.0
-            | M::IBV_QP_MAX_DEST_RD_ATOMIC.0
-            | M::IBV_QP_MIN_RNR_TIMER.0;
+        let mask = RtrAttr::ALL
+            .iter()
+            .filter(|attr| !omit.contains(attr))
+            .fold(M::IBV_QP_STATE.0, |m, attr| m | attr.mask_bit());
         self.modify(QpState::Rtr, &mut a, mask)
     }
 
@@ -428,6 +490,24 @@ impl QueuePair {
     pub fn to_error(&self) -> Result<(), VerbsError> {
         let mut a = zeroed_attr();
         self.modify(QpState::Err, &mut a, M::IBV_QP_STATE.0)
+    }
+
+    /// RTS -> SQD (send queue drain), asking for the `SQ_DRAINED` async event when the
+    /// outstanding sends are done. Back to RTS with [`resume_from_sqd`](Self::resume_from_sqd).
+    pub fn to_sqd(&self) -> Result<(), VerbsError> {
+        let mut a = zeroed_attr();
+        a.en_sqd_async_notify = 1;
+        self.modify(
+            QpState::Sqd,
+            &mut a,
+            M::IBV_QP_STATE.0 | M::IBV_QP_EN_SQD_ASYNC_NOTIFY.0,
+        )
+    }
+
+    /// SQD -> RTS.
+    pub fn resume_from_sqd(&self) -> Result<(), VerbsError> {
+        let mut a = zeroed_attr();
+        self.modify(QpState::Rts, &mut a, M::IBV_QP_STATE.0)
     }
 
     /// Any state -> RESET.
@@ -468,10 +548,57 @@ impl QueuePair {
     /// The MRs must stay alive until its completion; dropping one earlier deregisters it and
     /// the device reports a protection error instead of touching freed memory.
     pub fn post_send(&self, wr_id: u64, op: SendOp, sges: &[Sge<'_>]) -> Result<(), VerbsError> {
+        self.post_send_inner(wr_id, op, sges, None, false)
+    }
+
+    /// Post one signaled SEND or WRITE with its data inline (`IBV_SEND_INLINE`): the provider
+    /// copies the bytes into the work request at post time, as perftest does for small
+    /// latency messages. The total must fit [`max_inline_data`](Self::max_inline_data).
+    pub fn post_send_inline(
+        &self,
+        wr_id: u64,
+        op: SendOp,
+        sges: &[Sge<'_>],
+    ) -> Result<(), VerbsError> {
+        self.post_send_inner(wr_id, op, sges, None, true)
+    }
+
+    /// Inline data bytes this QP accepts (what the provider granted for
+    /// [`QpCaps::max_inline_data`]).
+    pub fn max_inline_data(&self) -> u32 {
+        self.max_inline
+    }
+
+    /// Post one signaled send WR whose SGEs carry `lkey` instead of their MR's key: the
+    /// address range stays inside the (live) MRs, only the key is forged. A wrong key makes
+    /// the device complete the WR with `LOC_PROT_ERR` instead of reading the memory.
+    pub fn post_send_with_lkey(
+        &self,
+        wr_id: u64,
+        op: SendOp,
+        sges: &[Sge<'_>],
+        lkey: u32,
+    ) -> Result<(), VerbsError> {
+        self.post_send_inner(wr_id, op, sges, Some(lkey), false)
+    }
+
+    fn post_send_inner(
+        &self,
+        wr_id: u64,
+        op: SendOp,
+        sges: &[Sge<'_>],
+        lkey: Option<u32>,
+        inline: bool,
+    ) -> Result<(), VerbsError> {
         let mut stack = [EMPTY_SGE; INLINE_SGES];
         let mut heap = Vec::new();
         let list = sge_storage(&mut stack, &mut heap, sges.len());
         self.fill_sges(sges, list)?;
+        if let Some(lkey) = lkey {
+            for s in list.iter_mut() {
+                s.lkey = lkey;
+            }
+        }
         let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
         // SAFETY: ibv_send_wr is integers, pointers and unions of those; all-zero is valid.
         let mut wr: ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
@@ -484,6 +611,10 @@ impl QueuePair {
         };
         wr.num_sge = list.len() as i32;
         wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        if inline {
+            check_inline(&op, total, self.max_inline)?;
+            wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        }
         let remote_range = |remote: &RemoteBuffer, offset: u64| -> Result<u64, VerbsError> {
             let target = remote.addr.checked_add(offset);
             match (offset.checked_add(total), target) {
@@ -521,10 +652,15 @@ impl QueuePair {
                 wr.wr.rdma.rkey = remote.rkey;
             }
         }
+        self.post_raw_send(&mut wr)
+    }
+
+    /// Post one fully built send WR.
+    pub(crate) fn post_raw_send(&self, wr: &mut ibv_send_wr) -> Result<(), VerbsError> {
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: the QP is live; `wr` and its SGE list are valid for the call (the provider
         // copies them into its queue before returning).
-        let ret = unsafe { ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        let ret = unsafe { ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
         if ret != 0 {
             return Err(VerbsError::Post {
                 op: "ibv_post_send",
@@ -567,6 +703,21 @@ impl QueuePair {
     }
 }
 
+/// Inline data: only SEND and WRITE carry it, and at most `max` bytes.
+fn check_inline(op: &SendOp, total: u64, max: u32) -> Result<(), VerbsError> {
+    if matches!(op, SendOp::Read { .. }) {
+        return Err(VerbsError::InvalidArgument(
+            "an RDMA READ cannot carry inline data".into(),
+        ));
+    }
+    if total > u64::from(max) {
+        return Err(VerbsError::InvalidArgument(format!(
+            "{total} bytes inline on a QP that takes {max}"
+        )));
+    }
+    Ok(())
+}
+
 impl Drop for QueuePair {
     fn drop(&mut self) {
         // SAFETY: the QP is live and owned by self; its CQs and PD outlive it (fields below).
@@ -603,6 +754,20 @@ mod tests {
     }
 
     #[test]
+    fn inline_data_is_bounded_and_never_on_a_read() {
+        assert!(check_inline(&SendOp::Send, 64, 64).is_ok());
+        assert!(check_inline(&SendOp::Send, 65, 64).is_err());
+        assert!(check_inline(&SendOp::SendWithImm(1), 0, 0).is_ok());
+        let remote = RemoteBuffer {
+            addr: 0,
+            rkey: 0,
+            len: 64,
+        };
+        assert!(check_inline(&SendOp::Write { remote, offset: 0 }, 32, 64).is_ok());
+        assert!(check_inline(&SendOp::Read { remote, offset: 0 }, 8, 64).is_err());
+    }
+
+    #[test]
     fn default_caps_and_rts_params_are_sane() {
         let c = QpCaps::default();
         assert!(c.max_send_wr > 0 && c.max_recv_wr > 0);
@@ -617,6 +782,22 @@ mod tests {
             assert_eq!(pair[0].raw() + 1, pair[1].raw());
         }
         assert_eq!(QpState::from_raw(6), QpState::Err);
+    }
+
+    #[test]
+    fn rtr_attributes_are_distinct_mask_bits_matching_the_full_rtr_mask() {
+        let all = RtrAttr::ALL.iter().fold(0u32, |m, a| {
+            assert_eq!(m & a.mask_bit(), 0, "{a:?} shares a bit");
+            assert!(a.ibv_name().starts_with("IBV_QP_"));
+            m | a.mask_bit()
+        });
+        let rtr = M::IBV_QP_AV.0
+            | M::IBV_QP_PATH_MTU.0
+            | M::IBV_QP_DEST_QPN.0
+            | M::IBV_QP_RQ_PSN.0
+            | M::IBV_QP_MAX_DEST_RD_ATOMIC.0
+            | M::IBV_QP_MIN_RNR_TIMER.0;
+        assert_eq!(all, rtr);
     }
 
     #[test]
