@@ -36,6 +36,8 @@ enum Command {
     Monitor(cmd::monitor::Args),
     /// Live full-screen view of RDMA ports: rates, errors explained, QPs, probes, events.
     Top(cmd::top::Args),
+    /// Stream the RDMA control path live with eBPF: QP transitions, MR registrations, events.
+    Trace(cmd::trace::Args),
     /// Explain an RDMA counter: what it counts, likely causes, what to check next.
     Explain(cmd::explain::Args),
     /// Sample counters twice (or compare two saved snapshots) and explain what moved.
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Lab(args) => cmd::lab::run(args),
         Command::Top(args) => cmd::top::run(args),
+        Command::Trace(args) => cmd::trace::run(args),
         Command::Devices(args) => cmd::devices::run(args),
         Command::Counters(args) => cmd::counters::run(args),
         #[cfg(feature = "verbs")]

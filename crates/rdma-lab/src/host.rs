@@ -128,10 +128,27 @@ pub fn ensure_build_tools(progress: &Progress) -> Result<(), LabError> {
     if which("cc").is_none() {
         pkgs.push("gcc");
     }
+    // rdmactl trace: clang compiles the BPF programs; libbpf-sys builds against libelf/zlib.
+    if which("clang").is_none() && !pkgs.contains(&"clang") {
+        pkgs.push("clang");
+    }
+    for (tool, pkg) in [("pkg-config", "pkg-config"), ("make", "make")] {
+        if which(tool).is_none() {
+            pkgs.push(pkg);
+        }
+    }
+    for (header, pkg) in [
+        ("/usr/include/libelf.h", "libelf-dev"),
+        ("/usr/include/zlib.h", "zlib1g-dev"),
+    ] {
+        if !Path::new(header).exists() {
+            pkgs.push(pkg);
+        }
+    }
     install_or_explain(
         progress,
         &pkgs,
-        "the lab's binaries (rdma-mummy-sys needs cmake and libclang)",
+        "the lab's binaries (cmake and libclang for rdma-mummy-sys; clang, libelf and zlib for the BPF tracer)",
     )
 }
 

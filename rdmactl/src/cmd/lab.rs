@@ -184,7 +184,7 @@ const VM_BUILD: &[&str] = &[
     "-p",
     "rdmactl",
     "--features",
-    "rdmactl/verbs",
+    "rdmactl/verbs,rdmactl/bpf",
 ];
 
 /// "release" when this rdmactl is a release build, else "debug".

@@ -8,6 +8,7 @@ pub mod lesson;
 pub mod monitor;
 pub mod resources;
 pub mod top;
+pub mod trace;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 

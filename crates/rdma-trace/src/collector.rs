@@ -1,0 +1,468 @@
+//! A collector-shaped handle for rdmad: a background thread runs a [`Tracer`] and folds its
+//! events into counts per (event, comm, device), QP transitions per device, async events,
+//! errors, and log2 histograms of MR registration latency and size. rdmad polls
+//! [`TraceCollector::snapshot`] at scrape time; nothing is exported from here.
+//!
+//! Cardinality: `comm` is bounded by [`MAX_COMMS`]; later names count as `other`.
+use crate::event::{EventKind, TraceEvent};
+use crate::probes::ProbeReport;
+use crate::tracer::{Selection, TraceError, Tracer};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Distinct `comm` values kept before the rest is folded into `other`.
+pub const MAX_COMMS: usize = 128;
+
+/// A histogram with power-of-two bucket bounds: bucket `i` counts values `v <= 2^i` that
+/// are above `2^(i-1)` (Prometheus `le` semantics once made cumulative).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Log2Histogram {
+    /// Per-bucket (non-cumulative) counts, index = log2 of the upper bound.
+    pub buckets: Vec<u64>,
+    /// Number of observations.
+    pub count: u64,
+    /// Sum of observations (saturating).
+    pub sum: u64,
+}
+
+impl Default for Log2Histogram {
+    fn default() -> Self {
+        Log2Histogram {
+            buckets: vec![0; 65],
+            count: 0,
+            sum: 0,
+        }
+    }
+}
+
+impl Log2Histogram {
+    /// The bucket index of a value: the smallest `i` with `v <= 2^i`.
+    pub fn bucket_of(v: u64) -> usize {
+        if v <= 1 {
+            0
+        } else {
+            (64 - (v - 1).leading_zeros()) as usize
+        }
+    }
+
+    /// Add one observation.
+    pub fn observe(&mut self, v: u64) {
+        self.buckets[Self::bucket_of(v)] += 1;
+        self.count += 1;
+        self.sum = self.sum.saturating_add(v);
+    }
+
+    /// Cumulative `(upper bound, count)` pairs up to the highest non-empty bucket
+    /// (the +Inf bucket is `count`). Bound 2^64 is reported as `u64::MAX`.
+    pub fn cumulative(&self) -> Vec<(u64, u64)> {
+        let last = self.buckets.iter().rposition(|&c| c > 0);
+        let mut acc = 0;
+        let mut out = Vec::new();
+        if let Some(last) = last {
+            for (i, c) in self.buckets.iter().enumerate().take(last + 1) {
+                acc += c;
+                let le = if i >= 64 { u64::MAX } else { 1u64 << i };
+                out.push((le, acc));
+            }
+        }
+        out
+    }
+}
+
+/// Events of one kind by one process name on one device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventCount {
+    /// Event kind.
+    pub kind: EventKind,
+    /// Process name (or `other` past [`MAX_COMMS`]).
+    pub comm: String,
+    /// Device (`-` when unknown).
+    pub device: String,
+    /// Events.
+    pub count: u64,
+    /// Of those, calls that failed.
+    pub errors: u64,
+}
+
+/// Successful QP state transitions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TransitionCount {
+    /// Device.
+    pub device: String,
+    /// From-state (`?` when the QP predates the tracer).
+    pub from: String,
+    /// To-state.
+    pub to: String,
+    /// Transitions.
+    pub count: u64,
+}
+
+/// Failed calls by errno.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorCount {
+    /// Event kind of the failed call.
+    pub kind: EventKind,
+    /// Device.
+    pub device: String,
+    /// Symbolic errno.
+    pub error: String,
+    /// Failures.
+    pub count: u64,
+}
+
+/// Async (QP, CQ, port) events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AsyncCount {
+    /// Device.
+    pub device: String,
+    /// Event name (`QP_FATAL`, `PORT_ERR`).
+    pub event: String,
+    /// Events.
+    pub count: u64,
+}
+
+/// Everything the collector knows, at one instant.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TraceStats {
+    /// Attach report.
+    pub probes: Vec<ProbeReport>,
+    /// Event counts per kind, comm and device.
+    pub events: Vec<EventCount>,
+    /// QP transitions per device.
+    pub qp_transitions: Vec<TransitionCount>,
+    /// Failed calls per errno.
+    pub errors: Vec<ErrorCount>,
+    /// Async events per device.
+    pub async_events: Vec<AsyncCount>,
+    /// MR registration latency in nanoseconds, per device.
+    pub mr_reg_latency_ns: BTreeMap<String, Log2Histogram>,
+    /// MR registration size in bytes, per device.
+    pub mr_reg_bytes: BTreeMap<String, Log2Histogram>,
+    /// Events lost in the kernel (ring buffer full).
+    pub dropped: u64,
+}
+
+/// Folds events into [`TraceStats`]; usable without a tracer (tests, replays).
+#[derive(Debug, Default)]
+pub struct Aggregator {
+    comms: BTreeSet<String>,
+    events: BTreeMap<(EventKind, String, String), (u64, u64)>,
+    transitions: BTreeMap<(String, String, String), u64>,
+    errors: BTreeMap<(EventKind, String, String), u64>,
+    asyncs: BTreeMap<(String, String), u64>,
+    latency: BTreeMap<String, Log2Histogram>,
+    sizes: BTreeMap<String, Log2Histogram>,
+}
+
+impl Aggregator {
+    /// Count one event.
+    pub fn add(&mut self, ev: &TraceEvent) {
+        let device = if ev.device.is_empty() {
+            "-".to_string()
+        } else {
+            ev.device.clone()
+        };
+        let comm = if self.comms.contains(&ev.comm) || self.comms.len() < MAX_COMMS {
+            self.comms.insert(ev.comm.clone());
+            ev.comm.clone()
+        } else {
+            "other".to_string()
+        };
+        let slot = self
+            .events
+            .entry((ev.kind, comm, device.clone()))
+            .or_default();
+        slot.0 += 1;
+        if let Some(err) = ev.error {
+            slot.1 += 1;
+            *self
+                .errors
+                .entry((ev.kind, device.clone(), err.to_string()))
+                .or_default() += 1;
+        }
+        match ev.kind {
+            EventKind::QpModify if ev.errno.is_none() => {
+                if let Some(to) = ev.to_state {
+                    let from = ev.from_state.unwrap_or("?").to_string();
+                    *self
+                        .transitions
+                        .entry((device, from, to.to_string()))
+                        .or_default() += 1;
+                }
+            }
+            EventKind::MrReg if ev.errno.is_none() => {
+                if let Some(ns) = ev.latency_ns {
+                    self.latency.entry(device.clone()).or_default().observe(ns);
+                }
+                if let Some(size) = ev.size {
+                    self.sizes.entry(device).or_default().observe(size);
+                }
+            }
+            EventKind::AsyncQp | EventKind::AsyncCq | EventKind::AsyncDevice => {
+                let name = ev.event.unwrap_or("?").to_string();
+                *self.asyncs.entry((device, name)).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+
+    /// The current totals.
+    pub fn stats(&self, probes: &[ProbeReport], dropped: u64) -> TraceStats {
+        TraceStats {
+            probes: probes.to_vec(),
+            events: self
+                .events
+                .iter()
+                .map(|((kind, comm, device), (count, errors))| EventCount {
+                    kind: *kind,
+                    comm: comm.clone(),
+                    device: device.clone(),
+                    count: *count,
+                    errors: *errors,
+                })
+                .collect(),
+            qp_transitions: self
+                .transitions
+                .iter()
+                .map(|((device, from, to), count)| TransitionCount {
+                    device: device.clone(),
+                    from: from.clone(),
+                    to: to.clone(),
+                    count: *count,
+                })
+                .collect(),
+            errors: self
+                .errors
+                .iter()
+                .map(|((kind, device, error), count)| ErrorCount {
+                    kind: *kind,
+                    device: device.clone(),
+                    error: error.clone(),
+                    count: *count,
+                })
+                .collect(),
+            async_events: self
+                .asyncs
+                .iter()
+                .map(|((device, event), count)| AsyncCount {
+                    device: device.clone(),
+                    event: event.clone(),
+                    count: *count,
+                })
+                .collect(),
+            mr_reg_latency_ns: self.latency.clone(),
+            mr_reg_bytes: self.sizes.clone(),
+            dropped,
+        }
+    }
+}
+
+/// Shared state between the tracer thread and the handle.
+#[derive(Default)]
+struct Shared {
+    agg: Aggregator,
+    probes: Vec<ProbeReport>,
+    dropped: u64,
+    failure: Option<String>,
+}
+
+/// The handle rdmad keeps: start once, [`snapshot`](TraceCollector::snapshot) per scrape.
+/// Dropping it stops the thread and detaches the probes.
+pub struct TraceCollector {
+    shared: Arc<Mutex<Shared>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for TraceCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceCollector").finish_non_exhaustive()
+    }
+}
+
+impl TraceCollector {
+    /// Start tracing in a background thread; returns once the probes are attached (or
+    /// with the reason they cannot be: no BPF support, no privileges, nothing to attach).
+    pub fn start(selection: Selection) -> Result<TraceCollector, TraceError> {
+        if !crate::bpf_support() {
+            return Err(TraceError::NoBpfSupport);
+        }
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), TraceError>>();
+        let thread = {
+            let shared = Arc::clone(&shared);
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("rdma-trace".into())
+                .spawn(move || run(selection, shared, stop, ready_tx))
+                .map_err(|e| TraceError::Load(format!("cannot spawn the tracer thread: {e}")))?
+        };
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(TraceCollector {
+                shared,
+                stop,
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(TraceError::Load(
+                    "the tracer thread exited during start".into(),
+                ))
+            }
+        }
+    }
+
+    /// The totals so far. `Err` when the tracer thread stopped on an error.
+    pub fn snapshot(&self) -> Result<TraceStats, String> {
+        let s = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = &s.failure {
+            return Err(f.clone());
+        }
+        Ok(s.agg.stats(&s.probes, s.dropped))
+    }
+}
+
+impl Drop for TraceCollector {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(
+    selection: Selection,
+    shared: Arc<Mutex<Shared>>,
+    stop: Arc<AtomicBool>,
+    ready: mpsc::Sender<Result<(), TraceError>>,
+) {
+    let mut tracer = match Tracer::start(selection) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    shared.lock().unwrap_or_else(|p| p.into_inner()).probes = tracer.reports().to_vec();
+    let _ = ready.send(Ok(()));
+    let mut batch = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let res = tracer.poll(Duration::from_millis(200), &mut |ev| batch.push(ev));
+        let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
+        for ev in batch.drain(..) {
+            s.agg.add(&ev);
+        }
+        s.dropped = tracer.dropped();
+        if let Err(e) = res {
+            s.failure = Some(e.to_string());
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{parse_raw, RawEventBuilder};
+
+    fn ev(kind: u32, comm: &str, from: u32, to: u32, ret: i32) -> TraceEvent {
+        let raw = RawEventBuilder {
+            kind,
+            comm: comm.into(),
+            dev: "rxe0".into(),
+            from_state: from,
+            to_state: to,
+            ret,
+            size: 8192,
+            latency_ns: 3000,
+            ..Default::default()
+        }
+        .bytes();
+        parse_raw(&raw, 0, &[]).unwrap()
+    }
+
+    #[test]
+    fn the_handle_fits_rdmads_collector_trait() {
+        // rdmad's `Collector: Send + Sync` holds this handle.
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<TraceCollector>();
+    }
+
+    #[test]
+    fn histogram_buckets_are_powers_of_two() {
+        assert_eq!(Log2Histogram::bucket_of(0), 0);
+        assert_eq!(Log2Histogram::bucket_of(1), 0);
+        assert_eq!(Log2Histogram::bucket_of(2), 1);
+        assert_eq!(Log2Histogram::bucket_of(3), 2);
+        assert_eq!(Log2Histogram::bucket_of(4096), 12);
+        assert_eq!(Log2Histogram::bucket_of(4097), 13);
+        assert_eq!(Log2Histogram::bucket_of(u64::MAX), 64);
+        let mut h = Log2Histogram::default();
+        for v in [1, 3, 4, 5] {
+            h.observe(v);
+        }
+        assert_eq!(h.cumulative(), [(1, 1), (2, 1), (4, 3), (8, 4)]);
+        assert_eq!((h.count, h.sum), (4, 13));
+    }
+
+    #[test]
+    fn aggregates_transitions_errors_and_mr_histograms() {
+        let mut agg = Aggregator::default();
+        agg.add(&ev(4, "app", 0, 1, 0));
+        agg.add(&ev(4, "app", 3, 6, 0));
+        agg.add(&ev(4, "app", 0, 3, -22));
+        agg.add(&ev(1, "app", 0xff, 0xff, 0));
+        agg.add(&ev(1, "app", 0xff, 0xff, -12));
+        let s = agg.stats(&[], 7);
+        assert_eq!(s.dropped, 7);
+        let modify = s
+            .events
+            .iter()
+            .find(|e| e.kind == EventKind::QpModify)
+            .unwrap();
+        assert_eq!((modify.count, modify.errors), (3, 1));
+        let t: Vec<_> = s
+            .qp_transitions
+            .iter()
+            .map(|t| format!("{}->{}", t.from, t.to))
+            .collect();
+        assert_eq!(t, ["RESET->INIT", "RTS->ERR"]);
+        let errs: Vec<_> = s.errors.iter().map(|e| e.error.as_str()).collect();
+        assert_eq!(errs, ["ENOMEM", "EINVAL"]);
+        // The failed registration is not in the histograms.
+        assert_eq!(s.mr_reg_bytes["rxe0"].count, 1);
+        assert_eq!(s.mr_reg_latency_ns["rxe0"].sum, 3000);
+        assert!(serde_json::to_string(&s).unwrap().contains("\"RTS\""));
+    }
+
+    #[test]
+    fn comm_cardinality_is_bounded() {
+        let mut agg = Aggregator::default();
+        for i in 0..MAX_COMMS + 5 {
+            agg.add(&ev(3, &format!("p{i}"), 0xff, 0, 0));
+        }
+        let s = agg.stats(&[], 0);
+        assert_eq!(s.events.len(), MAX_COMMS + 1);
+        let other = s.events.iter().find(|e| e.comm == "other").unwrap();
+        assert_eq!(other.count, 5);
+    }
+
+    #[cfg(not(feature = "bpf"))]
+    #[test]
+    fn collector_without_bpf_fails_cleanly() {
+        assert!(matches!(
+            TraceCollector::start(Selection::All),
+            Err(TraceError::NoBpfSupport)
+        ));
+    }
+}
