@@ -34,14 +34,18 @@ enum Command {
     Resources(cmd::resources::Args),
     /// Print RDMA device and link events as they come (Ctrl-C ends).
     Monitor(cmd::monitor::Args),
-    /// Live full-screen view of RDMA ports: rates, errors explained, QPs, probes, events.
-    Top(cmd::top::Args),
     /// Stream the RDMA control path live with eBPF: QP transitions, MR registrations, events.
     Trace(cmd::trace::Args),
     /// Explain an RDMA counter: what it counts, likely causes, what to check next.
     Explain(cmd::explain::Args),
     /// Sample counters twice (or compare two saved snapshots) and explain what moved.
     Doctor(cmd::doctor::Args),
+    /// Break RDMA on purpose and watch what the device says (list, run NAME, run --all).
+    #[cfg(feature = "verbs")]
+    Experiment(cmd::experiment::Args),
+    /// Break RDMA on purpose and watch what the device says (not in this build).
+    #[cfg(not(feature = "verbs"))]
+    Experiment(cmd::WithoutVerbs),
     /// Read the course "RDMA programming fundamentals" in the terminal (list, show N [--lang it]).
     Lesson(cmd::lesson::Args),
     /// Show RDMA devices and ports as the verbs layer sees them.
@@ -52,6 +56,8 @@ enum Command {
     Verbs(cmd::WithoutVerbs),
     /// The Soft-RoCE lab: a qemu VM with a real rxe device (`lab up`, `lab run -- CMD`).
     Lab(cmd::lab::Args),
+    /// Live full-screen view of RDMA ports: rates, errors explained, QPs, probes, events.
+    Top(cmd::top::Args),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +84,10 @@ fn main() -> ExitCode {
         Command::Monitor(args) => cmd::monitor::run(args),
         Command::Explain(args) => cmd::explain::run(args),
         Command::Lesson(args) => cmd::lesson::run(args),
+        #[cfg(feature = "verbs")]
+        Command::Experiment(args) => cmd::experiment::run(args),
+        #[cfg(not(feature = "verbs"))]
+        Command::Experiment(_) => cmd::without_verbs("experiment"),
     };
     match result {
         Ok(code) => code,

@@ -2,6 +2,8 @@
 pub mod counters;
 pub mod devices;
 pub mod doctor;
+#[cfg(feature = "verbs")]
+pub mod experiment;
 pub mod explain;
 pub mod lab;
 pub mod lesson;
@@ -11,6 +13,8 @@ pub mod top;
 pub mod trace;
 #[cfg(feature = "verbs")]
 pub mod verbs;
+#[cfg(feature = "verbs")]
+pub mod wire;
 
 /// Arguments of a verbs-based subcommand in a build without the `verbs` feature: anything is
 /// accepted, and running it says how to get a build that has it.
