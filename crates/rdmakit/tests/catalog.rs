@@ -29,7 +29,7 @@ fn embedded_catalog_loads_with_every_family() {
     let catalog = embedded();
     let families = catalog.families();
     for family in [
-        "ib_pma", "mlx5", "rxe", "ib_cm", "irdma", "bnxt_re", "efa", "hfi1",
+        "ib_pma", "mlx5", "rxe", "ib_cm", "irdma", "bnxt_re", "efa", "hfi1", "cxgb4",
     ] {
         assert!(families.contains(&family), "family {family} missing");
         assert!(

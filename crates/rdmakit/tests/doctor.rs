@@ -87,3 +87,81 @@ fn identical_snapshots_give_nothing() {
         "{diag:?}"
     );
 }
+
+#[test]
+fn bnxt_re_findings_carry_the_bnxt_re_counters() {
+    let catalog = Catalog::embedded().unwrap();
+    let rules = Rules::embedded().unwrap();
+    let s = dir().join("bnxt-re-retries-exhausted");
+    let diag = diagnose(
+        &load(s.join("before.json")),
+        &load(s.join("after.json")),
+        Some(10.0),
+        catalog,
+        &rules,
+    );
+    let summary = |id: &str| -> Vec<(String, Option<String>, u64)> {
+        diag.findings
+            .iter()
+            .find(|f| f.id == id)
+            .unwrap_or_else(|| panic!("no {id} finding in {:?}", diag.findings))
+            .counters
+            .iter()
+            .map(|d| (d.name.clone(), d.family.clone(), d.delta))
+            .collect()
+    };
+    let bnxt = Some("bnxt_re".to_string());
+    assert_eq!(
+        summary("transport-retry-exhausted"),
+        [("max_retry_exceeded".to_string(), bnxt.clone(), 2)]
+    );
+    assert_eq!(
+        summary("packet-loss"),
+        [("to_retransmits".to_string(), bnxt, 14)]
+    );
+    assert_eq!(diag.findings[0].severity, rdmakit::catalog::Severity::Error);
+}
+
+/// Each family's name for the same trouble is in the same rule, and is a counter the catalog
+/// describes for that family (not just some family).
+#[test]
+fn rules_cover_each_familys_equivalents() {
+    let catalog = Catalog::embedded().unwrap();
+    let rules = Rules::embedded().unwrap();
+    let table = [
+        ("rnr-retry-exhausted", "rxe", "retry_rnr_exceeded_err"),
+        ("rnr-naks", "rxe", "rcvd_rnr_err"),
+        ("rnr-naks", "bnxt_re", "rnr_naks_rcvd"),
+        ("rnr-naks", "hfi1", "RnrNak"),
+        ("transport-retry-exhausted", "rxe", "retry_exceeded_err"),
+        ("transport-retry-exhausted", "bnxt_re", "max_retry_exceeded"),
+        ("unresponsive-peer", "efa", "unresponsive_remote_events"),
+        ("packet-loss", "mlx5", "out_of_sequence"),
+        ("packet-loss", "bnxt_re", "to_retransmits"),
+        ("packet-loss", "efa", "retrans_pkts"),
+        ("packet-loss", "hfi1", "RcResend"),
+        ("packet-loss", "irdma", "tcpRetransSegs"),
+        ("packet-loss", "cxgb4", "ip4RetransSegs"),
+        ("packet-loss", "cxgb4", "ip6RetransSegs"),
+        ("remote-access", "bnxt_re", "remote_access_err"),
+        ("congestion", "irdma", "cnpHandled"),
+        ("congestion", "bnxt_re", "rx_cnp_pkts"),
+        ("congestion", "hfi1", "TxWait"),
+        ("link-errors", "hfi1", "DcRecvErr"),
+        ("link-down", "hfi1", "SwLinkDown"),
+    ];
+    for (id, family, name) in table {
+        let rule = rules
+            .iter()
+            .find(|r| r.id == id)
+            .unwrap_or_else(|| panic!("no rule {id}"));
+        assert!(
+            rule.counters.iter().any(|c| c == name),
+            "rule {id} does not list {family}/{name}"
+        );
+        assert!(
+            catalog.get(family, name).is_some(),
+            "{family}/{name} is not in the catalog"
+        );
+    }
+}

@@ -29,7 +29,7 @@ pub struct Args {
     /// The counter's file name in sysfs (e.g. out_of_buffer, symbol_error, rcvd_pkts).
     #[arg(required_unless_present = "all", conflicts_with = "all")]
     pub name: Option<String>,
-    /// Only this driver family (mlx5, rxe, ib_pma, irdma, bnxt_re, efa, hfi1, ib_cm) or a
+    /// Only this driver family (mlx5, rxe, ib_pma, irdma, bnxt_re, efa, hfi1, cxgb4, ib_cm) or a
     /// device name that starts with one (mlx5_0, rxe0).
     #[arg(long, short = 'd')]
     pub driver: Option<String>,

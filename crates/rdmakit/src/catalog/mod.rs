@@ -1,10 +1,11 @@
 //! The counter catalog: the one place a counter is described.
 //!
 //! The data lives in the repository's top-level `catalog/` directory, one TOML file per driver
-//! family (`ib_pma`, `mlx5`, `rxe`, `irdma`, `bnxt_re`, `efa`, `hfi1`, `ib_cm`). The files are
-//! embedded at compile time, so binaries need nothing at run time ([`Catalog::embedded`]);
-//! tests and tools can load a directory instead ([`Catalog::from_dir`]). Loading validates
-//! everything and names the file and counter at fault ([`CatalogError`]).
+//! family (`ib_pma`, `mlx5`, `rxe`, `irdma`, `bnxt_re`, `efa`, `hfi1`, `cxgb4`, `ib_cm`). The
+//! files are embedded at compile time, so binaries need nothing at run time
+//! ([`Catalog::embedded`]); tests and tools can load a directory instead
+//! ([`Catalog::from_dir`]). Loading validates everything and names the file and counter at
+//! fault ([`CatalogError`]).
 //!
 //! Faces use it for Prometheus HELP text, `rdmactl explain`, doctor rules and the course's
 //! counter reference. Lookups go by (driver, name) and fall back to the name alone;
@@ -39,6 +40,7 @@ pub const EMBEDDED_FILES: &[(&str, &str)] = &[
     ),
     ("efa.toml", include_str!("../../../../catalog/efa.toml")),
     ("hfi1.toml", include_str!("../../../../catalog/hfi1.toml")),
+    ("cxgb4.toml", include_str!("../../../../catalog/cxgb4.toml")),
 ];
 
 /// Files in the catalog directory that are not counter families (other data that lives
