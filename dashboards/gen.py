@@ -1,0 +1,686 @@
+#!/usr/bin/env python3
+"""Generator of the Grafana dashboards in dashboards/*.json (owns every dashboard JSON file).
+
+The dashboards are written here, as Python, and generated into committed JSON:
+
+    dashboards/gen.py            # rewrite dashboards/*.json
+    dashboards/gen.py --check    # exit 1 if a committed file differs from what this generates
+
+Counter metric names are derived from the counter catalog (catalog/*.toml) with the naming
+scheme of rdmad/src/names.rs; panel descriptions come from the catalog's summary, meaning,
+causes and next steps, and from the doctor rules (catalog/rules.toml). Only the Python
+standard library is used (tomllib: Python >= 3.11).
+"""
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "dashboards"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+SCHEMA_VERSION = 39
+
+# ---------------------------------------------------------------------------------------------
+# Counter catalog and metric names (mirrors rdmad/src/names.rs)
+
+
+def sanitize(raw):
+    """A sysfs file name as a metric name fragment, exactly like names::sanitize."""
+    out = []
+    for i, c in enumerate(raw):
+        if "A" <= c <= "Z":
+            prev = raw[i - 1] if i > 0 else None
+            nxt = raw[i + 1] if i + 1 < len(raw) else None
+            boundary = False
+            if prev is not None and (prev.islower() and prev.isascii() or prev.isdigit()):
+                boundary = True
+            elif prev is not None and "A" <= prev <= "Z":
+                boundary = nxt is not None and "a" <= nxt <= "z"
+            if boundary:
+                out.append("_")
+            out.append(c.lower())
+        elif ("a" <= c <= "z") or ("0" <= c <= "9"):
+            out.append(c)
+        else:
+            out.append("_")
+    s = re.sub("_+", "_", "".join(out)).strip("_")
+    while s.endswith("_total"):
+        s = s[: -len("_total")]
+    return "" if s == "total" else s
+
+
+def metric_name(name, location):
+    """The exported metric for a catalog counter, or None when rdmad does not export it.
+    Kind and unit follow rdmakit::model::classify (by file name), not the catalog."""
+    base = sanitize(name)
+    hw = location in ("port_hw_counters", "device_hw_counters")
+    if location == "port_counters":
+        prefix = "rdma_port_"
+        if base.startswith("port_") and len(base) > 5:
+            base = base[5:]
+    elif location == "port_hw_counters":
+        prefix = "rdma_port_hw_"
+    elif location == "device_hw_counters":
+        prefix = "rdma_device_hw_"
+    else:  # port_cm: not exported by rdmad
+        return None
+    if not base:
+        return None
+    suffix, gauge = "", False
+    if not hw and name in ("port_xmit_data", "port_rcv_data"):
+        suffix = "_bytes"
+    elif hw and name == "lifespan":
+        suffix, gauge = "_seconds", True
+    elif hw and (name.startswith("active_") or name.startswith("watermark_")):
+        gauge = True
+    if suffix and base.endswith(suffix):
+        suffix = ""
+    return prefix + base + suffix + ("" if gauge else "_total")
+
+
+def load_catalog():
+    families, rules = {}, []
+    for f in sorted((ROOT / "catalog").glob("*.toml")):
+        d = tomllib.loads(f.read_text())
+        if f.stem == "rules":
+            rules = d["rule"]
+            continue
+        entries = []
+        for c in d["counter"]:
+            loc = c.get("location", d.get("location"))
+            c = dict(c, location=loc, family=d["family"])
+            c["metric"] = metric_name(c["name"], loc)
+            entries.append(c)
+        families[d["family"]] = {"description": d["description"], "counters": entries}
+    return families, rules
+
+
+FAMILIES, RULES = load_catalog()
+# rxe first (the lab), then the InfiniBand PMA set, then every other family of the catalog.
+FAMILY_ORDER = ["rxe", "ib_pma"] + sorted(set(FAMILIES) - {"rxe", "ib_pma"})
+# The kernel driver (rdma_device_info's `driver` label) of each family's devices; devices are
+# matched by that driver or by a name starting with the family, as `rdmactl --driver` does
+# (rxe has no driver label; renamed devices such as rocep3s0f0 still have one).
+FAMILY_DRIVERS = {"mlx5": "mlx5_core", "bnxt_re": "bnxt_en", "irdma": "irdma|ice|i40e",
+                  "rxe": "rdma_rxe"}
+
+
+def by_name(name):
+    """Every catalog entry (any family) for a sysfs counter name."""
+    return [c for f in FAMILIES.values() for c in f["counters"] if c["name"] == name and c["metric"]]
+
+
+def flow(text):
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------------------------
+# PromQL helpers
+
+PORT_SEL = 'instance=~"$instance", device=~"$device", port=~"$port"'
+DEV_SEL = 'instance=~"$instance", device=~"$device"'
+
+
+def sel(metric):
+    return DEV_SEL if metric.startswith("rdma_device_") else PORT_SEL
+
+
+def labelled_rates(metrics, label="counter", extra=""):
+    """rate() of several counters as one vector, told apart by a label (`or` keeps all:
+    rate() drops the metric name, so a plain {__name__=~...} would clash). `extra`: one more
+    matcher for every selector."""
+    parts = []
+    for m in metrics:
+        v = m.removeprefix("rdma_").removesuffix("_total")
+        s = sel(m) + (", " + extra if extra else "")
+        parts.append(
+            f'label_replace(rate({m}{{{s}}}[$__rate_interval]), "{label}", "{v}", "", "")'
+        )
+    return "\n  or ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Grafana JSON helpers
+
+
+class Board:
+    def __init__(self, uid, title, description, tags, extra_vars=(), port_vars=True):
+        self.uid, self.title, self.description, self.tags = uid, title, description, tags
+        self.panels, self.next_id, self.y = [], 1, 0
+        self.row_x, self.row_h = 0, 0
+        self.vars = standard_vars(port_vars) + list(extra_vars)
+
+    def _id(self):
+        i = self.next_id
+        self.next_id += 1
+        return i
+
+    def row(self, title):
+        self._newline()
+        self.panels.append({"type": "row", "title": title, "id": self._id(), "collapsed": False,
+                            "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y}, "panels": []})
+        self.y += 1
+
+    def _newline(self):
+        if self.row_x:
+            self.y += self.row_h
+            self.row_x, self.row_h = 0, 0
+
+    def add(self, panel, w=12, h=8):
+        if self.row_x + w > 24:
+            self._newline()
+        panel["id"] = self._id()
+        panel["gridPos"] = {"h": h, "w": w, "x": self.row_x, "y": self.y}
+        self.row_x += w
+        self.row_h = max(self.row_h, h)
+        self.panels.append(panel)
+
+    def json(self):
+        return {
+            "uid": self.uid,
+            "title": self.title,
+            "description": self.description,
+            "tags": ["rdma", "rdmad"] + self.tags,
+            "editable": True,
+            "graphTooltip": 1,
+            "refresh": "30s",
+            "schemaVersion": SCHEMA_VERSION,
+            "version": 1,
+            "time": {"from": "now-1h", "to": "now"},
+            "timezone": "",
+            "links": [{"type": "dashboards", "tags": ["rdmad"], "asDropdown": True,
+                       "title": "RDMA dashboards", "includeVars": True, "keepTime": True}],
+            "annotations": {"list": [{
+                "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+                "name": "Annotations & Alerts", "type": "dashboard"}]},
+            "templating": {"list": self.vars},
+            "panels": self.panels,
+        }
+
+
+def target(expr, legend="", ref="A", instant=False, fmt="time_series"):
+    t = {"refId": ref, "datasource": DS, "expr": expr, "legendFormat": legend or "__auto",
+         "range": not instant, "instant": instant, "format": fmt}
+    return t
+
+
+def timeseries(title, desc, expr, legend, unit="short", stack=False):
+    return {"type": "timeseries", "title": title, "description": desc, "datasource": DS,
+            "targets": [target(expr, legend)],
+            "fieldConfig": {"defaults": {"unit": unit, "min": 0, "custom": {
+                "drawStyle": "line", "lineWidth": 1, "fillOpacity": 10, "showPoints": "never",
+                "stacking": {"mode": "normal" if stack else "none", "group": "A"}}},
+                "overrides": []},
+            "options": {"legend": {"displayMode": "table", "placement": "bottom",
+                                   "calcs": ["max", "lastNotNull"]},
+                        "tooltip": {"mode": "multi", "sort": "desc"}}}
+
+
+def stat(title, desc, expr, unit="short", thresholds=None, color_mode="value"):
+    steps = thresholds or [{"color": "green", "value": None}]
+    return {"type": "stat", "title": title, "description": desc, "datasource": DS,
+            "targets": [target(expr, instant=True)],
+            "fieldConfig": {"defaults": {"unit": unit, "thresholds": {"mode": "absolute",
+                                                                      "steps": steps}},
+                            "overrides": []},
+            "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                        "colorMode": color_mode, "graphMode": "area", "textMode": "auto",
+                        "justifyMode": "auto", "orientation": "auto"}}
+
+
+def table(title, desc, expr, unit="short", exclude=(), rename=None):
+    return {"type": "table", "title": title, "description": desc, "datasource": DS,
+            "targets": [target(expr, instant=True, fmt="table")],
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "options": {"showHeader": True, "cellHeight": "sm"},
+            "transformations": [{"id": "organize", "options": {
+                "excludeByName": {k: True for k in ("Time", "__name__", "job") + tuple(exclude)},
+                "renameByName": rename or {}}}]}
+
+
+def text(title, content):
+    return {"type": "text", "title": title, "options": {"mode": "markdown", "content": content}}
+
+
+RED_IF_POSITIVE = [{"color": "green", "value": None}, {"color": "red", "value": 1}]
+
+
+def query_var(name, label, query, regex=""):
+    return {"type": "query", "name": name, "label": label, "datasource": DS,
+            "query": {"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+            "definition": query, "refresh": 2, "sort": 1, "multi": True, "includeAll": True,
+            "allValue": ".*", "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+            "regex": regex, "hide": 0, "options": []}
+
+
+def standard_vars(port_vars=True):
+    v = [{"type": "datasource", "name": "datasource", "label": "Data source", "query": "prometheus",
+          "current": {}, "hide": 0, "refresh": 1, "regex": "", "options": []},
+         query_var("job", "Job", "label_values(rdma_exporter_build_info, job)"),
+         query_var("instance", "Instance",
+                   'label_values(rdma_exporter_build_info{job=~"$job"}, instance)'),
+         query_var("device", "Device", 'label_values(rdma_device_info{instance=~"$instance"}, device)')]
+    if port_vars:
+        v.append(query_var("port", "Port", 'label_values(rdma_port_info{instance=~"$instance", '
+                                           'device=~"$device"}, port)'))
+    return v
+
+
+# ---------------------------------------------------------------------------------------------
+# The counters that make up throughput, packet rates and error rates
+
+
+def metrics_named(names):
+    out = []
+    for n in names:
+        for c in by_name(n):
+            if c["metric"] not in out:
+                out.append(c["metric"])
+    return out
+
+
+# hfi1's TxWords/RxWords are left out: rdmad exports them as words, and hfi1 has the PMA ones.
+TX_BYTES = metrics_named(["port_xmit_data", "rdma_tx_bytes", "tx_bytes", "ip4OutOctets",
+                          "ip6OutOctets"])
+RX_BYTES = metrics_named(["port_rcv_data", "rdma_rx_bytes", "rx_bytes", "ip4InOctets",
+                          "ip6InOctets"])
+TX_PKTS = metrics_named(["port_xmit_packets", "rdma_tx_packets", "tx_pkts", "TxPkt", "sent_pkts",
+                         "ip4OutPkts", "ip6OutPkts"])
+RX_PKTS = metrics_named(["port_rcv_packets", "rdma_rx_packets", "rx_pkts", "RxPkt", "rcvd_pkts",
+                         "ip4InPkts", "ip6InPkts"])
+ERROR_RULES = [r for r in RULES if r["severity"] in ("warning", "error")]
+ERROR_METRICS = metrics_named([n for r in ERROR_RULES for n in r["counters"]])
+
+
+def sum_by_port(exprs_metrics, label):
+    return f"sum by (instance, device, port) (\n  {labelled_rates(exprs_metrics, label)}\n)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Dashboards
+
+
+def fleet():
+    b = Board("rdma-fleet", "RDMA / Fleet overview",
+              "Every RDMA device and port rdmad sees: state, throughput, packet rates, errors.",
+              ["overview"])
+    b.row("Health")
+    b.add(stat("Exporters up", "rdmad targets Prometheus scraped successfully (up == 1).",
+               'sum(up{job=~"$job", instance=~"$instance"})'), w=4, h=4)
+    b.add(stat("Devices", "RDMA devices reported by rdma_device_info.",
+               'count(rdma_device_info{instance=~"$instance", device=~"$device"})'), w=4, h=4)
+    b.add(stat("Ports ACTIVE", "Ports whose logical state is ACTIVE (rdma_port_state_id == 4).",
+               f'sum(rdma_port_state_id{{{PORT_SEL}}} == bool 4)'), w=4, h=4)
+    b.add(stat("Ports not ACTIVE", "Ports in DOWN, INIT or ARMED: no RDMA traffic can use them.",
+               f'sum(rdma_port_state_id{{{PORT_SEL}}} != bool 4)',
+               thresholds=RED_IF_POSITIVE, color_mode="background"), w=4, h=4)
+    b.add(stat("Failing collectors", "Collectors of rdmad whose last run failed "
+               "(rdma_scrape_collector_success == 0): their metrics are missing.",
+               'sum(rdma_scrape_collector_success{instance=~"$instance"} == bool 0)',
+               thresholds=RED_IF_POSITIVE, color_mode="background"), w=4, h=4)
+    b.add(stat("sysfs read errors", "Counter files rdmad could not read, parse or export in the "
+               "last scrape (rdma_sysfs_read_errors). 0 when all is well.",
+               f'sum(rdma_sysfs_read_errors{{{DEV_SEL}}})',
+               thresholds=RED_IF_POSITIVE, color_mode="background"), w=4, h=4)
+    b.row("Devices and ports")
+    b.add(table("Ports", "One row per port: link layer, netdev, logical and physical state; the "
+                "value is the port's rate (rdma_port_rate_bytes_per_second).",
+                f'rdma_port_info{{{PORT_SEL}}}\n  * on (instance, device, port) group_left ()\n'
+                f'  rdma_port_rate_bytes_per_second{{{PORT_SEL}}}',
+                unit="Bps", rename={"Value": "rate"}), w=14, h=8)
+    b.add(table("Device inventory", "One row per device: driver, firmware, HCA type, board, GUID, PCI "
+                "address (rdma_device_info). Empty fields are not reported by the driver (rxe).",
+                f'rdma_device_info{{{DEV_SEL}}}', exclude=("Value",)), w=10, h=8)
+    st = timeseries("Port state", "Logical port state over time (rdma_port_state_id): "
+                    "1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER.",
+                    f'rdma_port_state_id{{{PORT_SEL}}}', "{{instance}} {{device}}/{{port}}")
+    st["type"] = "state-timeline"
+    st["fieldConfig"]["defaults"] = {"mappings": [{"type": "value", "options": {
+        "1": {"text": "DOWN", "color": "red"}, "2": {"text": "INIT", "color": "orange"},
+        "3": {"text": "ARMED", "color": "yellow"}, "4": {"text": "ACTIVE", "color": "green"},
+        "5": {"text": "ACTIVE_DEFER", "color": "blue"}}}], "color": {"mode": "thresholds"},
+        "thresholds": {"mode": "absolute", "steps": [{"color": "red", "value": None},
+                                                     {"color": "green", "value": 4}]}}
+    st["options"] = {"showValue": "auto", "mergeValues": True, "rowHeight": 0.8,
+                     "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False}}
+    b.add(st, w=24, h=5)
+    b.row("Traffic")
+    b.add(timeseries("Throughput", "Bytes per second sent (tx) and received (rx) per port. "
+                     "Sources: IB PMA port_xmit_data/port_rcv_data (x4: they count 4-octet words) "
+                     "and the driver byte counters (mlx5 rdma_*_bytes, bnxt_re/efa *_bytes, "
+                     "irdma ip*Octets). Soft-RoCE (rxe) counts no bytes.",
+                     f'label_replace(({labelled_rates(TX_BYTES)}), "dir", "tx", "", "")\n  or '
+                     f'label_replace(({labelled_rates(RX_BYTES)}), "dir", "rx", "", "")',
+                     "{{instance}} {{device}}/{{port}} {{dir}} ({{counter}})", unit="Bps"))
+    b.add(timeseries("Packet rate", "Packets per second sent (tx) and received (rx) per port: IB "
+                     "PMA port_xmit/rcv_packets, mlx5 rdma_*_packets, rxe sent_pkts/rcvd_pkts, "
+                     "bnxt_re/efa *_pkts, irdma ip*Pkts, hfi1 TxPkt/RxPkt.",
+                     f'label_replace(({labelled_rates(TX_PKTS)}), "dir", "tx", "", "")\n  or '
+                     f'label_replace(({labelled_rates(RX_PKTS)}), "dir", "rx", "", "")',
+                     "{{instance}} {{device}}/{{port}} {{dir}} ({{counter}})", unit="pps"))
+    b.row("Errors")
+    b.add(timeseries("Error events per port", "Sum of the rates of every counter a doctor rule of "
+                     "severity warning or error watches (catalog/rules.toml): RNR NAKs, retries, "
+                     "remote access, sequence errors, link errors, link downs. Break it down on "
+                     "the 'RDMA / Errors and diagnosis' dashboard.",
+                     sum_by_port(ERROR_METRICS, "counter"), "{{instance}} {{device}}/{{port}}",
+                     unit="cps"))
+    b.add(table("Top talkers (packets/s)", "The 10 busiest ports by packets sent + received "
+                "per second over the rate interval.",
+                'topk(10, sum by (instance, device, port) (\n  '
+                + labelled_rates(TX_PKTS + RX_PKTS) + "\n))", unit="pps",
+                rename={"Value": "packets/s"}))
+    return b
+
+
+def counter_doc(c):
+    lines = [f"**`{c['name']}`** ({c['family']}, `{c['metric']}`): {c['summary']}."]
+    return " ".join(lines)
+
+
+def rule_description(r):
+    entries = [c for n in r["counters"] for c in by_name(n)]
+    parts = [flow(r["finding"]).replace("On {target} ", "").replace("{target}", "a port"),
+             "", "**What to do:** " + flow(r["advice"]), "", "**Counters:**", ""]
+    for c in entries:
+        parts.append(f"- {counter_doc(c)} Explain: `rdmactl explain {c['name']} --driver "
+                     f"{c['family']}`")
+    if r.get("experiment"):
+        parts += ["", f"Reproduce it: `rdmactl experiment run {r['experiment']}`."]
+    return "\n".join(parts)
+
+
+def family_description(fam, entries):
+    where = ("every device" if fam == "ib_pma" else
+             f"devices of driver {FAMILY_DRIVERS.get(fam, fam)} or named {fam}*")
+    parts = [FAMILIES[fam]["description"] + ": every counter the catalog rates warning or error, "
+             f"as events per second, on {where}.", ""]
+    for c in entries:
+        sev = c["severity"]
+        parts.append(f"- {counter_doc(c)} [{sev}] {flow(c['meaning'])[:300]}"
+                     f"{'...' if len(flow(c['meaning'])) > 300 else ''} "
+                     f"Explain: `rdmactl explain {c['name']} --driver {fam}`")
+    return "\n".join(parts)
+
+
+def errors():
+    b = Board("rdma-errors", "RDMA / Errors and diagnosis",
+              "Every RDMA error counter as a rate, grouped by failure (doctor rules) and by driver "
+              "family, with the catalog's explanation in each panel's description (hover the "
+              "(i)).", ["errors"])
+    b.add(text("How to read this dashboard",
+               "Each panel is a rate in events per second, one line per port and counter. Hover "
+               "the **(i)** of a panel for what its counters mean, what causes them and what to "
+               "do. On a host with rdmactl, `rdmactl explain COUNTER` prints the full entry, "
+               "`rdmactl doctor` ranks what moved, and `rdmactl experiment run NAME` reproduces "
+               "it in a lab. An empty panel means the devices shown have no such counter (for "
+               "example Soft-RoCE has no InfiniBand PMA counters)."), w=24, h=4)
+    b.row("Failure signatures (catalog/rules.toml)")
+    for r in RULES:
+        metrics = metrics_named(r["counters"])
+        if not metrics:
+            continue
+        p = timeseries(f"{r['title']} [{r['severity']}]", rule_description(r),
+                       labelled_rates(metrics), "{{instance}} {{device}}/{{port}} {{counter}}",
+                       unit="cps")
+        b.add(p)
+    b.row("Error counters by driver family (catalog/*.toml)")
+    for fam in FAMILY_ORDER:
+        entries = [c for c in FAMILIES[fam]["counters"]
+                   if c["metric"] and c["kind"] == "counter" and c["severity"] in ("warning", "error")]
+        if not entries:
+            continue
+        # Only the family's devices: mlx5 and rxe share counter names (duplicate_request).
+        expr = labelled_rates([c["metric"] for c in entries])
+        if fam != "ib_pma":
+            drv = FAMILY_DRIVERS.get(fam, fam)
+            expr = (f"(\n  {expr}\n)\nand on (instance, device) (\n  rdma_device_info"
+                    f'{{{DEV_SEL}, driver=~"{drv}"}}\n  or rdma_device_info{{{DEV_SEL}, '
+                    f'device=~"{fam}.*"}}\n)')
+        b.add(timeseries(f"{fam}: error counters", family_description(fam, entries), expr,
+                         "{{instance}} {{device}}/{{port}} {{counter}}", unit="cps"), w=24 if fam
+              in ("mlx5", "bnxt_re", "hfi1") else 12)
+    b.row("Exporter")
+    b.add(timeseries("sysfs read errors", "Counter files rdmad could not read, parse or export "
+                     "(EINVAL, 'N/A (no PMA)', garbage, a name clash), per collector and device. "
+                     "`RDMAD_LOG=debug` makes rdmad log each file.",
+                     f'rdma_sysfs_read_errors{{{DEV_SEL}}}',
+                     "{{instance}} {{device}} {{collector}}"))
+    b.add(timeseries("Collector success", "1 when the collector's last run succeeded, 0 when it "
+                     "failed (its metrics are then missing from the scrape).",
+                     'rdma_scrape_collector_success{instance=~"$instance"}',
+                     "{{instance}} {{collector}}"))
+    return b
+
+
+PROBE_LAT = "rdma_probe_latency_seconds"
+PROBE_SEL = 'instance=~"$instance", device=~"$device", op=~"$op"'
+
+
+def probes():
+    op_var = query_var("op", "Operation", 'label_values(rdma_probe_latency_seconds_bucket'
+                                          '{instance=~"$instance"}, op)')
+    peer_var = query_var("peer", "Peer", 'label_values(rdma_probe_latency_seconds_bucket'
+                                        '{instance=~"$instance", kind="peer"}, peer)')
+    b = Board("rdma-probes", "RDMA / Probes",
+              "Active probes of rdmad: loopback and peer RDMA latency per operation and peer, "
+              "and probe failures by work-completion status.", ["probes"],
+              extra_vars=[op_var, peer_var], port_vars=False)
+    b.row("Is RDMA working?")
+    b.add(timeseries("Probe failures by status", "Failed probe runs per second by failure name: "
+                     "a work-completion status (RETRY_EXC_ERR, RNR_RETRY_EXC_ERR, REM_ACCESS_ERR, "
+                     "...) or the probe's own (TIMEOUT, SETUP_ERR, POST_ERR, CONNECT_ERR, "
+                     "HANDSHAKE_ERR, PEER_CLOSED, NO_DEVICE). `rdmactl explain` covers the "
+                     "counters the same failures move.",
+                     'sum by (instance, status) (rate(rdma_probe_failures_total{instance=~"$instance", '
+                     'device=~"$device"}[$__rate_interval]))', "{{instance}} {{status}}",
+                     unit="ops"))
+    b.add(timeseries("Successful probe runs", "Probe runs per second that completed, per "
+                     "operation (rdma_probe_runs_total).",
+                     f'sum by (instance, device, op, peer) (rate(rdma_probe_runs_total{{{PROBE_SEL}}}'
+                     '[$__rate_interval]))', "{{instance}} {{device}} {{op}} {{peer}}", unit="ops"))
+    b.row("Latency per operation")
+    hm = timeseries("Latency heatmap", "Distribution of probe latencies (one-way for send/write "
+                    "loopback, round trip for read and peers), all selected operations.",
+                    f'sum by (le) (increase({PROBE_LAT}_bucket{{{PROBE_SEL}}}[$__rate_interval]))',
+                    "{{le}}", unit="s")
+    hm["type"] = "heatmap"
+    hm["targets"][0]["format"] = "heatmap"
+    hm["options"] = {"calculate": False, "yAxis": {"unit": "s"}, "cellGap": 1,
+                     "color": {"mode": "scheme", "scheme": "Oranges", "scale": "exponential"},
+                     "rowsFrame": {"layout": "auto"}, "tooltip": {"show": True, "yHistogram": True}}
+    hm["fieldConfig"] = {"defaults": {}, "overrides": []}
+    b.add(hm)
+    pct = timeseries("Latency p50 / p99 per operation", "Percentiles of the loopback probe "
+                     "latency histogram per operation (histogram_quantile over the rate "
+                     "interval): one-way for send and write, round trip for read.",
+                     f'histogram_quantile(0.99, sum by (le, instance, device, op) (rate({PROBE_LAT}'
+                     f'_bucket{{{PROBE_SEL}, kind="loopback"}}[$__rate_interval])))',
+                     "p99 {{instance}} {{device}} {{op}}", unit="s")
+    pct["targets"].append(target(
+        f'histogram_quantile(0.5, sum by (le, instance, device, op) (rate({PROBE_LAT}'
+        f'_bucket{{{PROBE_SEL}, kind="loopback"}}[$__rate_interval])))',
+        "p50 {{instance}} {{device}} {{op}}", ref="B"))
+    b.add(pct)
+    b.row("Latency per peer")
+    b.add(timeseries("Peer latency p99", "99th percentile round trip to each peer "
+                     "(RDMA READ over an authenticated handshake).",
+                     f'histogram_quantile(0.99, sum by (le, instance, peer) (rate({PROBE_LAT}_bucket'
+                     '{instance=~"$instance", kind="peer", peer=~"$peer"}[$__rate_interval])))',
+                     "{{instance}} -> {{peer}}", unit="s"))
+    b.add(timeseries("Peer latency mean", "Mean round trip to each peer (_sum / _count).",
+                     f'sum by (instance, peer) (rate({PROBE_LAT}_sum{{instance=~"$instance", '
+                     'kind="peer", peer=~"$peer"}[$__rate_interval]))\n  / sum by (instance, peer) '
+                     f'(rate({PROBE_LAT}_count{{instance=~"$instance", kind="peer", '
+                     'peer=~"$peer"}[$__rate_interval]))', "{{instance}} -> {{peer}}", unit="s"))
+    return b
+
+
+RES_TYPES = [("qp", "Queue pairs"), ("cq", "Completion queues"), ("mr", "Memory regions"),
+             ("pd", "Protection domains"), ("cm_id", "CM IDs"), ("ctx", "Contexts"),
+             ("srq", "Shared receive queues")]
+
+
+def resources():
+    b = Board("rdma-resources", "RDMA / Resources",
+              "Live RDMA objects per device (rdma_resources, the RDMA netlink resource summary "
+              "that `rdma resource show` prints).", ["resources"], port_vars=False)
+    b.row("Now")
+    for t, title in RES_TYPES:
+        b.add(stat(title, f"Live {title.lower()} ({t}) on the selected devices now. The kernel "
+                   "creates some itself (an idle rxe device holds 1 PD, 1 CQ and 1 QP for GSI).",
+                   f'sum(rdma_resources{{{DEV_SEL}, type="{t}"}})'), w=3, h=4)
+    b.add(text("Not exported (yet)", "rdmad exports **counts per device and type** only. QPs by "
+               "state, by process (pid/comm), per-QP counters, MR sizes and CQ depths need "
+               "`rdma resource show qp|mr|cq` on the host."), w=3, h=4)
+    b.row("Over time")
+    for t, title in RES_TYPES[:3]:
+        b.add(timeseries(f"{title} per device", f"Live {title.lower()} per device. A line that "
+                         "only climbs while the workload is steady is a leak (objects created and "
+                         "never destroyed).",
+                         f'rdma_resources{{{DEV_SEL}, type="{t}"}}', "{{instance}} {{device}}"),
+              w=8)
+    b.add(timeseries("All objects per device and type", "Every object kind of "
+                     "rdma_resources, per device.", f'rdma_resources{{{DEV_SEL}}}',
+                     "{{instance}} {{device}} {{type}}"), w=12)
+    b.add(timeseries("Object churn", "Net change of each object kind over 5 minutes (delta): "
+                     "positive while applications create objects, negative as they free them.",
+                     f'delta(rdma_resources{{{DEV_SEL}}}[5m])',
+                     "{{instance}} {{device}} {{type}}"), w=12)
+    return b
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Prometheus recording and alerting rules (dashboards/rules/rdma.rules.yml)
+
+def rule_rate(metrics, window="5m"):
+    parts = []
+    for m in metrics:
+        v = m.removeprefix("rdma_").removesuffix("_total")
+        parts.append(f'label_replace(rate({m}[{window}]), "counter", "{v}", "", "")')
+    return "\n  or ".join(parts)
+
+
+def yaml_block(text, indent):
+    pad = " " * indent
+    return "|-\n" + "\n".join(pad + line for line in text.splitlines())
+
+
+ALERTS = [
+    # (alert, expr, for, severity, summary, description)
+    ("RdmaExporterDown", 'up{job="rdmad"} == 0', "2m", "critical",
+     "rdmad on {{ $labels.instance }} cannot be scraped",
+     "Prometheus failed to scrape rdmad for 2 minutes: no RDMA metrics from this host. Check "
+     "that rdmad runs (systemctl status rdmad) and listens on its port."),
+    ("RdmaCollectorFailing", "rdma_scrape_collector_success == 0", "5m", "warning",
+     "rdmad collector {{ $labels.collector }} fails on {{ $labels.instance }}",
+     "The collector's last runs failed, so its metrics are missing. rdmad logs the error; "
+     "RDMAD_LOG=debug shows more."),
+    ("RdmaSysfsReadErrors", "rdma_sysfs_read_errors > 0", "30m", "info",
+     "rdmad cannot read {{ $value }} counter files of {{ $labels.device }} on {{ $labels.instance }}",
+     "Some counter files of the device could not be read, parsed or exported (EINVAL, 'N/A (no "
+     "PMA)', a name clash). Run rdmad with RDMAD_LOG=debug to see which."),
+    ("RdmaPortNotActive",
+     "(rdma_port_state_id != 4)\n  * on (instance, device, port) group_left (state, phys_state, netdev, link_layer)\n  rdma_port_info",
+     "2m", "critical",
+     "RDMA port {{ $labels.device }}/{{ $labels.port }} on {{ $labels.instance }} is {{ $labels.state }}",
+     "The port's logical state is {{ $labels.state }} (physical {{ $labels.phys_state }}, netdev "
+     "{{ $labels.netdev }}), not ACTIVE: no RDMA traffic can use it. Check the cable, the switch "
+     "port and the subnet manager (InfiniBand) or the netdev (RoCE)."),
+]
+
+RULE_ALERTS = [
+    # (doctor rule id, alert, threshold per second, for, severity)
+    ("link-down", "RdmaLinkDowned", 0, "0m", "critical"),
+    ("rnr-retry-exhausted", "RdmaRnrRetryExhausted", 0, "0m", "warning"),
+    ("transport-retry-exhausted", "RdmaTransportRetryExhausted", 0, "0m", "warning"),
+    ("remote-access", "RdmaRemoteAccessErrors", 0, "0m", "warning"),
+    ("rnr-naks", "RdmaRnrNakRateHigh", 100, "10m", "warning"),
+]
+
+PROBE_ALERT = (
+    "RdmaProbeFailures",
+    "sum by (job, instance, device, status) (increase(rdma_probe_failures_total[10m])) > 0",
+    "0m", "warning",
+    "RDMA probes fail on {{ $labels.instance }} {{ $labels.device }}: {{ $labels.status }}",
+    "rdmad's active probes failed {{ $value | humanize }} times in 10 minutes with "
+    "{{ $labels.status }}: RDMA does not work end to end right now. See the RDMA / Probes "
+    "dashboard; `rdmactl explain` covers the counters the same failure moves.")
+
+
+def rules_yaml():
+    out = ["# Prometheus rules for rdmad, generated by dashboards/gen.py from catalog/rules.toml:",
+           "# do not edit, edit the generator. Recording rules per doctor rule (events per second",
+           "# per port, summed over the rule's counters on every driver), alerts for the common",
+           "# failures. Alerts on `up` expect the scrape job to be named \"rdmad\".",
+           "groups:", "  - name: rdma-recording", "    rules:"]
+    for r in RULES:
+        metrics = metrics_named(r["counters"])
+        if not metrics:
+            continue
+        expr = f"sum by (job, instance, device, port) (\n  {rule_rate(metrics)}\n)"
+        out += ["      - record: rdma:port_rule_events:rate5m",
+                "        expr: " + yaml_block(expr, 10),
+                "        labels:", f"          rule: {r['id']}"]
+    out += ["  - name: rdma-alerts", "    rules:"]
+
+    def alert(name, expr, for_, sev, summary, desc, extra=()):
+        lines = [f"      - alert: {name}", "        expr: " + yaml_block(expr, 10),
+                 f"        for: {for_}", "        labels:", f"          severity: {sev}",
+                 "        annotations:", f"          summary: {json.dumps(summary)}",
+                 f"          description: {json.dumps(desc)}"]
+        lines += [f"          {k}: {json.dumps(v)}" for k, v in extra]
+        return lines
+
+    for a in ALERTS:
+        out += alert(*a)
+    rules = {r["id"]: r for r in RULES}
+    for rid, name, threshold, for_, sev in RULE_ALERTS:
+        r = rules[rid]
+        expr = f'rdma:port_rule_events:rate5m{{rule="{rid}"}} > {threshold}'
+        # The catalog's finding and advice are in the dashboard panel and `rdmactl doctor`;
+        # the alert names them without copying them (catalog edits do not change alerts).
+        out += alert(name, expr, for_, sev,
+                     f"{r['title']} on {{{{ $labels.instance }}}} {{{{ $labels.device }}}}/"
+                     f"{{{{ $labels.port }}}}",
+                     f"The counters of the doctor rule {rid} rose on {{{{ $labels.device }}}}/"
+                     f"{{{{ $labels.port }}}} (events per second over 5m: the alert's value). What "
+                     f"they mean and what to do: the panel \"{r['title']} [{r['severity']}]\" of the "
+                     "RDMA / Errors and diagnosis dashboard, `rdmactl doctor` on the host, and "
+                     "`rdmactl explain COUNTER`.")
+    out += alert(*PROBE_ALERT)
+    return "\n".join(out) + "\n"
+
+
+BOARDS = {"rdma-fleet.json": fleet, "rdma-errors.json": errors, "rdma-probes.json": probes,
+          "rdma-resources.json": resources}
+
+
+def render():
+    out = {name: json.dumps(f().json(), indent=2, sort_keys=False) + "\n"
+           for name, f in BOARDS.items()}
+    out["rules/rdma.rules.yml"] = rules_yaml()
+    return out
+
+
+def main():
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for name, content in render().items():
+        path = OUT / name
+        if check:
+            if not path.exists() or path.read_text() != content:
+                stale.append(name)
+        else:
+            path.write_text(content)
+    if stale:
+        print("dashboards out of date, run dashboards/gen.py: " + ", ".join(stale))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
