@@ -14,6 +14,7 @@
 //! request's `Accept` header the way Prometheus' own client libraries do.
 
 use std::collections::{BTreeMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -42,13 +43,39 @@ pub enum Value {
 /// Label names are fixed by the code; values come from the system.
 pub type Labels = Vec<(&'static str, String)>;
 
+/// FNV-1a for the duplicate check: label sets are short and come from the kernel, not from
+/// HTTP clients, so SipHash's flooding resistance buys nothing and costs a few percent of a
+/// large scrape.
+struct Fnv1a(u64);
+
+impl Default for Fnv1a {
+    fn default() -> Fnv1a {
+        Fnv1a(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv1a {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+type LabelSet = HashSet<Labels, BuildHasherDefault<Fnv1a>>;
+
 /// One family: HELP, type and samples.
 #[derive(Debug, Clone)]
 pub struct Family {
     help: String,
     kind: Kind,
     samples: Vec<(Labels, Value)>,
-    seen: HashSet<Labels>,
+    seen: LabelSet,
 }
 
 impl Family {
@@ -123,7 +150,7 @@ impl MetricSet {
                 help: help(),
                 kind,
                 samples: Vec::new(),
-                seen: HashSet::new(),
+                seen: LabelSet::default(),
             }),
         };
         if family.kind != kind {
@@ -140,10 +167,19 @@ impl MetricSet {
         Ok(())
     }
 
-    /// Move every sample of `other` into `self`; returns the samples refused.
+    /// Move every sample of `other` into `self`; returns the samples refused. A family
+    /// `self` does not have yet is moved whole (no sample is re-checked).
     pub fn merge(&mut self, other: MetricSet) -> Vec<AddError> {
         let mut refused = Vec::new();
         for (name, family) in other.families {
+            let family = match self.families.entry(name) {
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    slot.insert(family);
+                    continue;
+                }
+                std::collections::btree_map::Entry::Occupied(slot) => (slot.key().clone(), family),
+            };
+            let (name, family) = family;
             let help = family.help;
             for (labels, value) in family.samples {
                 if let Err(e) = self.add(&name, family.kind, || help.clone(), labels, value) {

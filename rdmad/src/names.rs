@@ -77,6 +77,18 @@ pub fn counter_metric(counter: &Counter) -> Option<CounterMetric> {
     })
 }
 
+/// The metric for a counter of a bound QP counter (RDMA netlink `STAT_GET`, `STAT_RES` = QP):
+/// `rdma_qp_<name>_total` (a gauge without `_total` when the name says so), or `None` when
+/// the name sanitizes to nothing.
+pub fn qp_counter_metric(name: &str, value: u64) -> Option<CounterMetric> {
+    let port = counter_metric(&Counter::new(name, CounterSource::Hw, value))?;
+    let rest = port.name.strip_prefix("rdma_port_hw_")?;
+    Some(CounterMetric {
+        name: format!("rdma_qp_{rest}"),
+        ..port
+    })
+}
+
 /// A sysfs file name as a metric name fragment: snake_case, `[a-z0-9_]` only, no leading,
 /// trailing or doubled `_`, no trailing `_total`.
 pub fn sanitize(raw: &str) -> String {
@@ -198,6 +210,18 @@ mod tests {
         let bytes = metric("rx_bytes", CounterSource::DeviceHw, 5);
         assert_eq!(bytes.name, "rdma_device_hw_rx_bytes");
         assert_eq!(bytes.value, Value::Int(5));
+    }
+
+    #[test]
+    fn qp_counter_names() {
+        let m = qp_counter_metric("rx_write_requests", 3).expect("a metric");
+        assert_eq!(m.name, "rdma_qp_rx_write_requests");
+        assert_eq!((m.kind, m.value), (Kind::Counter, Value::Int(3)));
+        assert_eq!(
+            qp_counter_metric("OutOfSequence", 1).unwrap().name,
+            "rdma_qp_out_of_sequence"
+        );
+        assert!(qp_counter_metric("__", 1).is_none());
     }
 
     #[test]

@@ -2,8 +2,19 @@
 //!
 //! Every scrape runs the enabled collectors on a blocking thread (sysfs reads block) and
 //! encodes the result in the format the `Accept` header asks for. At most
-//! `--web.max-requests` scrapes run at once; more get `503 Service Unavailable` at once
-//! rather than queueing behind slow reads. SIGINT and SIGTERM stop the server cleanly.
+//! `--web.max-requests` scrapes are accepted at once; more get `503 Service Unavailable` at
+//! once rather than queueing behind slow reads. Of the accepted ones, at most one per CPU
+//! (up to [`MAX_COLLECTING`]) collects at a time, the others wait their turn: more would not
+//! finish sooner (reading sysfs is CPU work in the kernel), but each would hold its own
+//! snapshot, metric set and allocator arena, so memory would grow with the number of
+//! concurrent scrapers. Every scrape still collects after it arrived (nothing is shared
+//! between scrapes). SIGINT and SIGTERM stop the server cleanly.
+//!
+//! Devices come and go (`rdma link add/delete`, hot-plug, driver reload): since nothing is
+//! cached, the next scrape simply reads what exists, and a removed device's series are gone
+//! from it. A device monitor thread (RDMA netlink: kernel notifications where the kernel sends
+//! them, device dump comparison every [`MONITOR_INTERVAL`] on 6.1) logs each change
+//! (`device rxe9 added`, `device rxe9 removed`) at info level.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -14,8 +25,15 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use rdmakit::nldev::{Event, EventKind, Monitor, NldevError};
 use rdmakit::sysfs::{DeviceFilter, SysfsReader};
 use tokio::sync::Semaphore;
+
+/// At most this many scrapes collect at the same time (fewer on hosts with fewer CPUs).
+pub const MAX_COLLECTING: usize = 4;
+
+/// How often the device monitor compares device dumps (kernels without notifications).
+pub const MONITOR_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 use crate::cli::Settings;
 use crate::collector::{CollectorConfig, Collectors, TABLE};
@@ -25,6 +43,8 @@ use crate::metrics::{negotiate, Format};
 pub struct Exporter {
     collectors: Collectors,
     permits: Arc<Semaphore>,
+    collecting: Arc<Semaphore>,
+    filter: DeviceFilter,
 }
 
 impl Exporter {
@@ -41,11 +61,19 @@ impl Exporter {
         }
         let config = CollectorConfig {
             sysfs: settings.sysfs.clone(),
-            filter,
+            filter: filter.clone(),
+            enabled: settings.collectors.clone(),
         };
         Ok(Exporter {
             collectors: Collectors::new(&config, &settings.collectors),
             permits: Arc::new(Semaphore::new(settings.max_requests)),
+            collecting: Arc::new(Semaphore::new(
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1)
+                    .clamp(1, MAX_COLLECTING),
+            )),
+            filter,
         })
     }
 
@@ -70,6 +98,7 @@ pub fn run(settings: Settings) -> Result<()> {
         };
     }
     log_devices(&settings);
+    watch_devices(exporter.filter.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(settings.max_requests.clamp(1, 64))
@@ -90,6 +119,66 @@ fn log_devices(settings: &Settings) {
         Ok(names) => tracing::info!(devices = ?names, "RDMA devices found"),
         Err(e) => tracing::warn!("{e}"),
     }
+}
+
+/// Start the device monitor thread (see the module doc). No RDMA netlink: nothing to watch.
+fn watch_devices(filter: DeviceFilter) {
+    let mut monitor = match Monitor::start(MONITOR_INTERVAL) {
+        Ok(monitor) => monitor,
+        Err(e @ NldevError::NoRdma(_)) => {
+            tracing::debug!("no device monitor: {e}");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!("no device monitor: {e}");
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("rdma-monitor".into())
+        .spawn(move || {
+            let mut failing = false;
+            loop {
+                match monitor.next_event() {
+                    Ok(event) => {
+                        failing = false;
+                        if let Some(line) = event_line(&event, &filter) {
+                            tracing::info!("{line}");
+                        }
+                    }
+                    // A failed dump is retried at the next interval; log the first only.
+                    Err(e) if !failing => {
+                        failing = true;
+                        tracing::warn!("device monitor: {e}");
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("no device monitor: {e}");
+    }
+}
+
+/// The log line for a device event, or `None` for devices the filter drops.
+pub fn event_line(event: &Event, filter: &DeviceFilter) -> Option<String> {
+    let device = event.dev_name.as_deref().unwrap_or("?");
+    if !filter.keeps(device) {
+        return None;
+    }
+    let port = event.port.map(|p| format!(" port {p}")).unwrap_or_default();
+    let netdev = event.netdev.as_deref().unwrap_or("?");
+    Some(match event.kind {
+        EventKind::Register => format!("device {device} added"),
+        EventKind::Unregister => {
+            format!("device {device} removed; its series are gone from the next scrape")
+        }
+        EventKind::NetdevAttach => format!("device {device}{port}: netdev {netdev} attached"),
+        EventKind::NetdevDetach => format!("device {device}{port}: netdev {netdev} detached"),
+        EventKind::Rename => format!("device renamed to {device}"),
+        EventKind::NetdevRename => format!("device {device}{port}: netdev renamed to {netdev}"),
+        other => format!("device {device}: event {}", other.name()),
+    })
 }
 
 /// Bind `address`: `HOST:PORT`, `[V6]:PORT`, or `:PORT` for every interface (IPv6 and IPv4
@@ -159,10 +248,15 @@ async fn metrics(State(exporter): State<Arc<Exporter>>, headers: HeaderMap) -> R
             .into_response();
     };
     let format = negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    // Wait for a collection slot (see the module doc); the semaphore is never closed.
+    let Ok(slot) = Arc::clone(&exporter.collecting).acquire_owned().await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    };
     let worker = Arc::clone(&exporter);
     let result = tokio::task::spawn_blocking(move || {
-        // The permit is held for the whole blocking scrape.
+        // Both permits are held for the whole blocking scrape.
         let _permit = permit;
+        let _slot = slot;
         worker.render(format)
     })
     .await;
@@ -215,6 +309,33 @@ mod tests {
         assert!(bind("256.0.0.1:1").await.is_err());
     }
 
+    #[test]
+    fn device_events_are_logged_by_name_and_filtered() {
+        use rdmakit::nldev::EventSource;
+        let event = |kind, name: &str| Event {
+            kind,
+            dev_index: Some(9),
+            dev_name: Some(name.into()),
+            port: None,
+            netdev_index: None,
+            netdev: None,
+            source: EventSource::Poll,
+        };
+        let all = DeviceFilter::all();
+        assert_eq!(
+            event_line(&event(EventKind::Register, "rxe9"), &all).as_deref(),
+            Some("device rxe9 added")
+        );
+        assert!(event_line(&event(EventKind::Unregister, "rxe9"), &all)
+            .unwrap()
+            .starts_with("device rxe9 removed"));
+        let no_rxe9 = DeviceFilter::new(None, Some("rxe9")).unwrap();
+        assert_eq!(
+            event_line(&event(EventKind::Register, "rxe9"), &no_rxe9),
+            None
+        );
+    }
+
     #[tokio::test]
     async fn scrapes_beyond_max_requests_get_503() {
         let settings = Settings {
@@ -242,5 +363,25 @@ mod tests {
             1,
             "the permit came back"
         );
+        assert!(
+            exporter.collecting.available_permits() >= 1,
+            "the slot came back"
+        );
+        let held: Vec<_> = (0..exporter.collecting.available_permits())
+            .map(|_| {
+                Arc::clone(&exporter.collecting)
+                    .try_acquire_owned()
+                    .unwrap()
+            })
+            .collect();
+        // Every collection slot taken: the scrape waits instead of failing.
+        let waiting = tokio::spawn(metrics(State(Arc::clone(&exporter)), HeaderMap::new()));
+        tokio::task::yield_now().await;
+        assert!(
+            !waiting.is_finished(),
+            "a scrape waits for a collection slot"
+        );
+        drop(held);
+        assert_eq!(waiting.await.unwrap().status(), StatusCode::OK);
     }
 }

@@ -6,15 +6,28 @@
 //! [`MetricSet`] and reports `rdma_scrape_collector_duration_seconds{collector}` and
 //! `rdma_scrape_collector_success{collector}`. A collector that returns an error or panics
 //! contributes only those two series (success 0); the scrape itself always succeeds.
+//!
+//! Collectors of one scrape run one after the other in table order and may pass facts to the
+//! ones after them through [`Shared`]: which devices' port hw counters `netlink_counters`
+//! already exported (so that `sysfs_counters` does not read them again), and the one sysfs
+//! snapshot of the scrape, read once for `sysfs_info` and `sysfs_counters` together. A collector that needs nothing from the others implements only
+//! [`Collector::update`]. To add a collector: write `src/collector/<name>.rs` with a `SPEC`,
+//! add `pub mod <name>;` and its `SPEC` to [`TABLE`]; flags, env, config key and the `/` page
+//! follow.
 
+pub mod netlink_counters;
+pub mod netlink_qp_counters;
 pub mod netlink_resources;
 pub mod sysfs_counters;
 pub mod sysfs_info;
 
+use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use rdmakit::model::Snapshot;
 use rdmakit::sysfs::{DeviceFilter, ReadOptions, SysfsReader};
 
 use crate::metrics::{Kind, MetricSet, Value};
@@ -24,6 +37,57 @@ pub trait Collector: Send + Sync {
     /// Add this scrape's metrics to `out`. An error means the collector produced nothing
     /// usable this time (what it added is discarded).
     fn update(&self, out: &mut MetricSet) -> anyhow::Result<()>;
+
+    /// Like [`Collector::update`], seeing what earlier collectors of this scrape shared.
+    /// Collectors that share nothing keep this default.
+    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
+        let _ = shared;
+        self.update(out)
+    }
+}
+
+/// What the collectors of ONE scrape tell the ones after them (table order). Created empty
+/// for every scrape, so concurrent scrapes never see each other's facts.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// Devices whose port hw counters `netlink_counters` exported in this scrape (set only
+    /// when that collector succeeded).
+    netlink_hw_devices: Mutex<BTreeSet<String>>,
+    /// The sysfs snapshot of this scrape (see [`sysfs_reader`]), read by the first sysfs
+    /// collector that asks.
+    sysfs: OnceLock<Result<Snapshot, String>>,
+}
+
+impl Shared {
+    /// The sysfs snapshot of this scrape: read with `reader` by the first caller, the same
+    /// for the others (every sysfs collector passes the reader of [`sysfs_reader`]). The port
+    /// hw counters of devices netlink already exported are not read.
+    pub fn sysfs_snapshot(&self, source: &SysfsSource) -> anyhow::Result<&Snapshot> {
+        self.sysfs
+            .get_or_init(|| {
+                source
+                    .reader
+                    .snapshot_without_port_hw_counters(|device| self.netlink_hw_device(device))
+                    .map_err(|e| format!("reading sysfs: {e}"))
+            })
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// Record that the port hw counters of `devices` are exported already.
+    pub fn set_netlink_hw_devices(&self, devices: BTreeSet<String>) {
+        if let Ok(mut set) = self.netlink_hw_devices.lock() {
+            *set = devices;
+        }
+    }
+
+    /// Whether the port hw counters of `device` are exported already.
+    pub fn netlink_hw_device(&self, device: &str) -> bool {
+        self.netlink_hw_devices
+            .lock()
+            .map(|set| set.contains(device))
+            .unwrap_or(false)
+    }
 }
 
 /// What every collector may need, resolved once at startup from flags and the config file.
@@ -33,14 +97,50 @@ pub struct CollectorConfig {
     pub sysfs: PathBuf,
     /// Devices to read (`--collector.device-include` / `--collector.device-exclude`).
     pub filter: DeviceFilter,
+    /// The enabled collectors (so that the sysfs collectors can share one read).
+    pub enabled: Vec<&'static str>,
 }
 
 impl CollectorConfig {
+    /// A configuration with every collector of the table enabled.
+    pub fn new(sysfs: impl Into<PathBuf>, filter: DeviceFilter) -> CollectorConfig {
+        CollectorConfig {
+            sysfs: sysfs.into(),
+            filter,
+            enabled: TABLE.iter().map(|s| s.name).collect(),
+        }
+    }
+
+    /// Whether the collector `name` is enabled.
+    pub fn is_enabled(&self, name: &str) -> bool {
+        self.enabled.contains(&name)
+    }
+
     /// A sysfs reader with the device filter applied and the given options.
     pub fn reader(&self, options: ReadOptions) -> SysfsReader {
         SysfsReader::new(self.sysfs.clone())
             .with_filter(self.filter.clone())
             .with_options(options)
+    }
+}
+
+/// The sysfs reader of `sysfs_info` and `sysfs_counters` (device filter applied).
+#[derive(Debug, Clone)]
+pub struct SysfsSource {
+    reader: SysfsReader,
+}
+
+/// The one sysfs source of `sysfs_info` and `sysfs_counters`: what either of the enabled
+/// ones needs, so that a scrape reads sysfs once ([`Shared::sysfs_snapshot`]). GIDs only up
+/// to the port's netdev (`sysfs_info`), counters when `sysfs_counters` is on.
+pub(crate) fn sysfs_source(config: &CollectorConfig) -> SysfsSource {
+    SysfsSource {
+        reader: config
+            .reader(ReadOptions {
+                gids: config.is_enabled(sysfs_info::SPEC.name),
+                counters: config.is_enabled(sysfs_counters::SPEC.name),
+            })
+            .with_netdev_only_gids(),
     }
 }
 
@@ -56,10 +156,13 @@ pub struct CollectorSpec {
     pub build: fn(&CollectorConfig) -> Box<dyn Collector>,
 }
 
-/// Every collector rdmad has.
+/// Every collector rdmad has, in the order they run. `netlink_counters` comes before the
+/// sysfs collectors, which skip the port hw counters netlink already exported.
 pub const TABLE: &[CollectorSpec] = &[
+    netlink_counters::SPEC,
     sysfs_info::SPEC,
     sysfs_counters::SPEC,
+    netlink_qp_counters::SPEC,
     netlink_resources::SPEC,
 ];
 
@@ -93,10 +196,13 @@ impl Collectors {
     /// Run every enabled collector once and return all metrics, including the scrape's own.
     pub fn scrape(&self) -> MetricSet {
         let mut all = MetricSet::new();
+        let shared = Shared::default();
         for (name, collector) in &self.enabled {
             let start = Instant::now();
             let mut own = MetricSet::new();
-            let outcome = catch_unwind(AssertUnwindSafe(|| collector.update(&mut own)));
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                collector.update_shared(&shared, &mut own)
+            }));
             let elapsed = start.elapsed().as_secs_f64();
             let success = match outcome {
                 Ok(Ok(())) => {

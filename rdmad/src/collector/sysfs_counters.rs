@@ -12,13 +12,14 @@
 //! file's metric) are counted in `rdma_sysfs_read_errors{collector="sysfs_counters",device}`,
 //! reported every scrape (0 when all is well), and logged at debug level with their path.
 //! The device filter is applied by the sysfs reader before any file of a device is opened;
-//! GID tables are not read.
+//! GID tables are not read. The port `hw_counters/` of devices whose counters the
+//! `netlink_counters` collector exported in this scrape are not read (only their `lifespan`,
+//! the sysfs cache period netlink does not report); every other device, and every device when
+//! netlink is off or failed for it, is read whole from sysfs.
 
-use anyhow::Context;
 use rdmakit::model::{Snapshot, SourceError};
-use rdmakit::sysfs::{ReadOptions, SysfsReader};
 
-use super::{Collector, CollectorConfig, CollectorSpec};
+use super::{Collector, CollectorConfig, CollectorSpec, Shared};
 use crate::metrics::{AddError, Kind, MetricSet, Value};
 use crate::{help, names};
 
@@ -32,20 +33,22 @@ pub const SPEC: CollectorSpec = CollectorSpec {
 
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
     Box::new(SysfsCounters {
-        reader: config.reader(ReadOptions {
-            gids: false,
-            counters: true,
-        }),
+        // Shared with sysfs_info: one read per scrape.
+        source: super::sysfs_source(config),
     })
 }
 
 struct SysfsCounters {
-    reader: SysfsReader,
+    source: super::SysfsSource,
 }
 
 impl Collector for SysfsCounters {
     fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
-        let snapshot = self.reader.snapshot().context("reading sysfs")?;
+        self.update_shared(&Shared::default(), out)
+    }
+
+    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
+        let snapshot = shared.sysfs_snapshot(&self.source)?;
         let mut unexported: Vec<(String, String)> = Vec::new();
         for device in &snapshot.devices {
             let driver = device.driver.as_deref();
@@ -86,7 +89,7 @@ impl Collector for SysfsCounters {
         report_read_errors(
             out,
             SPEC.name,
-            &snapshot,
+            snapshot,
             |e| is_counter_path(&e.path),
             &unexported,
         )?;
@@ -152,15 +155,35 @@ mod tests {
     use std::path::PathBuf;
 
     fn scrape(fixture: &str, filter: DeviceFilter) -> String {
-        let config = CollectorConfig {
-            sysfs: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        let config = CollectorConfig::new(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .join("../tests/fixtures/sysfs")
                 .join(fixture),
             filter,
-        };
+        );
         let mut out = MetricSet::new();
         build(&config).update(&mut out).expect("collects");
         out.encode(Format::Text)
+    }
+
+    #[test]
+    fn port_hw_counters_exported_by_netlink_are_not_read_again() {
+        let config = CollectorConfig::new(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sysfs/rxe"),
+            DeviceFilter::all(),
+        );
+        let shared = Shared::default();
+        shared.set_netlink_hw_devices(["rxe0".to_string()].into());
+        let mut out = MetricSet::new();
+        build(&config)
+            .update_shared(&shared, &mut out)
+            .expect("collects");
+        let text = out.encode(Format::Text);
+        assert!(!text.contains("rdma_port_hw_sent_pkts_total"), "{text}");
+        assert!(
+            text.contains("rdma_port_hw_lifespan_seconds{device=\"rxe0\",port=\"1\"}"),
+            "{text}"
+        );
     }
 
     #[test]

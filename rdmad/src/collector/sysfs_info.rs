@@ -12,12 +12,10 @@
 //!   not be read or parsed in this scrape (details at debug log level)
 //!
 //! Absent attributes are empty label values or missing series, never zeros. No counter file
-//! and no GID table is opened by this collector.
+//! and no GID is opened by this collector: the netdev comes from `gid_attrs/ndevs/<i>`,
+//! read in index order up to the first one that names a netdev (none on InfiniBand ports).
 
-use anyhow::Context;
-use rdmakit::sysfs::{ReadOptions, SysfsReader};
-
-use super::{Collector, CollectorConfig, CollectorSpec};
+use super::{Collector, CollectorConfig, CollectorSpec, Shared};
 use crate::metrics::{Kind, MetricSet, Value};
 
 /// The table row.
@@ -30,21 +28,24 @@ pub const SPEC: CollectorSpec = CollectorSpec {
 
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
     Box::new(SysfsInfo {
-        // The port's netdev comes from the GID table, so GIDs are read; counters are not.
-        reader: config.reader(ReadOptions {
-            gids: true,
-            counters: false,
-        }),
+        // The port's netdev comes from the GID attributes: read only up to the first netdev
+        // (not the whole 1024-entry table of a RoCE port). Counters are read only when
+        // sysfs_counters is on, which then uses the same snapshot.
+        source: super::sysfs_source(config),
     })
 }
 
 struct SysfsInfo {
-    reader: SysfsReader,
+    source: super::SysfsSource,
 }
 
 impl Collector for SysfsInfo {
     fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
-        let snapshot = self.reader.snapshot().context("reading sysfs")?;
+        self.update_shared(&Shared::default(), out)
+    }
+
+    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
+        let snapshot = shared.sysfs_snapshot(&self.source)?;
         for device in &snapshot.devices {
             let text = |v: &Option<String>| v.clone().unwrap_or_default();
             out.add(
@@ -133,7 +134,7 @@ impl Collector for SysfsInfo {
         super::sysfs_counters::report_read_errors(
             out,
             SPEC.name,
-            &snapshot,
+            snapshot,
             |e| !super::sysfs_counters::is_counter_path(&e.path),
             &[],
         )?;
@@ -156,10 +157,7 @@ mod tests {
 
     #[test]
     fn rxe_fixture_info() {
-        let config = CollectorConfig {
-            sysfs: fixture("rxe"),
-            filter: DeviceFilter::all(),
-        };
+        let config = CollectorConfig::new(fixture("rxe"), DeviceFilter::all());
         let mut out = MetricSet::new();
         build(&config).update(&mut out).expect("collects");
         let text = out.encode(Format::Text);
@@ -178,10 +176,7 @@ mod tests {
 
     #[test]
     fn missing_class_dir_is_no_devices_not_an_error() {
-        let config = CollectorConfig {
-            sysfs: PathBuf::from("/nonexistent-sysfs-root"),
-            filter: DeviceFilter::all(),
-        };
+        let config = CollectorConfig::new("/nonexistent-sysfs-root", DeviceFilter::all());
         let mut out = MetricSet::new();
         build(&config).update(&mut out).expect("no devices is fine");
         assert_eq!(out.names().count(), 0);

@@ -7,13 +7,28 @@
 //! (`rdma_port_hw_<file>_total{device,port}`; `lifespan` in ms becomes
 //! `rdma_port_hw_lifespan_seconds`), so a naming regression fails this test too.
 //! No device is a failure, never a skip: the lab always boots with rxe0, rxe_a and rxe_b.
+//!
+//! Hot-plug: a device added (`rdma link add rxe9` on a fresh veth) appears in the next
+//! scrape and in rdmad's log (`device rxe9 added`), and once deleted its series vanish from
+//! the next scrape and the log says `device rxe9 removed`. The tests of this file take one
+//! lock, so no other test sees rxe9 come and go.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// Held by every test of this file: the hot-plug test changes the device set.
+static DEVICES: Mutex<()> = Mutex::new(());
+
+fn lock() -> MutexGuard<'static, ()> {
+    DEVICES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 const CLASS: &str = "/sys/class/infiniband";
 const LAB_DEVICES: [&str; 3] = ["rxe0", "rxe_a", "rxe_b"];
@@ -32,6 +47,24 @@ struct Rdmad {
 
 impl Rdmad {
     fn start(extra: &[&str]) -> Rdmad {
+        Rdmad::spawn(extra, "warn", Stdio::inherit())
+    }
+
+    /// rdmad logging at info level; its stderr lines arrive on the returned channel.
+    fn start_logging(extra: &[&str]) -> (Rdmad, mpsc::Receiver<String>) {
+        let mut rdmad = Rdmad::spawn(extra, "info", Stdio::piped());
+        let stderr = rdmad.child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("rdmad: {line}");
+                let _ = tx.send(line);
+            }
+        });
+        (rdmad, rx)
+    }
+
+    fn spawn(extra: &[&str], log: &str, stderr: Stdio) -> Rdmad {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
@@ -39,9 +72,9 @@ impl Rdmad {
         let child = Command::new(rdmad_bin())
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .args(extra)
-            .env("RDMAD_LOG", "warn")
+            .env("RDMAD_LOG", log)
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("FAIL: cannot start {}: {e}", rdmad_bin().display()));
         let rdmad = Rdmad { child, port };
@@ -169,6 +202,7 @@ fn assert_lab_devices_present() {
 
 #[test]
 fn port_info_for_every_lab_device() {
+    let _devices = lock();
     assert_lab_devices_present();
     let rdmad = Rdmad::start(&[]);
     let (headers, series, text) = rdmad.scrape();
@@ -207,6 +241,7 @@ fn port_info_for_every_lab_device() {
 
 #[test]
 fn every_hw_counter_file_has_a_series_with_its_value() {
+    let _devices = lock();
     assert_lab_devices_present();
     let rdmad = Rdmad::start(&[]);
     // Counters may move between the sysfs read and the scrape: compare only files that did
@@ -262,6 +297,7 @@ fn counter(series: &BTreeMap<String, f64>, device: &str, file: &str) -> f64 {
 
 #[test]
 fn packet_counters_grow_under_traffic() {
+    let _devices = lock();
     assert_lab_devices_present();
     let rdmad = Rdmad::start(&[]);
     let (_, before, _) = rdmad.scrape();
@@ -313,6 +349,7 @@ fn packet_counters_grow_under_traffic() {
 
 #[test]
 fn excluded_devices_are_not_exported() {
+    let _devices = lock();
     assert_lab_devices_present();
     let out = Command::new(rdmad_bin())
         .args(["--once", "--collector.device-exclude=rxe_.*"])
@@ -332,6 +369,7 @@ fn excluded_devices_are_not_exported() {
 
 #[test]
 fn resource_counts_match_rdma_resource_show() {
+    let _devices = lock();
     assert_lab_devices_present();
     let rdmad = Rdmad::start(&[]);
     let (_, series, _) = rdmad.scrape();
@@ -371,4 +409,176 @@ fn resource_counts_match_rdma_resource_show() {
         let qp = format!("rdma_resources{{device=\"{device}\",type=\"qp\"}}");
         assert!(series.get(&qp).is_some_and(|v| *v >= 1.0), "FAIL: {qp}");
     }
+}
+
+/// Run a setup command; failure fails the test.
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("FAIL: cannot run {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "FAIL: {args:?}: {} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// veth8/veth9 with rxe9 on veth8; removed on drop (whatever the test did).
+struct HotplugDevice;
+
+impl HotplugDevice {
+    fn add() -> HotplugDevice {
+        let guard = HotplugDevice;
+        sh(&[
+            "ip", "link", "add", "veth8", "type", "veth", "peer", "name", "veth9",
+        ]);
+        sh(&["ip", "link", "set", "veth8", "up"]);
+        sh(&["ip", "link", "set", "veth9", "up"]);
+        sh(&[
+            "rdma", "link", "add", "rxe9", "type", "rxe", "netdev", "veth8",
+        ]);
+        guard
+    }
+}
+
+impl Drop for HotplugDevice {
+    fn drop(&mut self) {
+        if Path::new(CLASS).join("rxe9").exists() {
+            let _ = Command::new("rdma")
+                .args(["link", "delete", "rxe9"])
+                .status();
+        }
+        let _ = Command::new("ip").args(["link", "del", "veth8"]).status();
+    }
+}
+
+/// Wait (up to 30 s: the monitor compares dumps every 2 s) for a log line containing `what`.
+fn wait_for_log(log: &mpsc::Receiver<String>, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match log.recv_timeout(left) {
+            Ok(line) if line.contains(what) => return,
+            Ok(_) => {}
+            Err(_) => panic!("FAIL: rdmad never logged {what:?}"),
+        }
+    }
+}
+
+fn rxe9_series(series: &BTreeMap<String, f64>) -> Vec<String> {
+    series
+        .keys()
+        .filter(|k| k.contains("device=\"rxe9\""))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn devices_added_and_deleted_at_run_time() {
+    let _devices = lock();
+    assert_lab_devices_present();
+    assert!(
+        !Path::new(CLASS).join("rxe9").exists(),
+        "FAIL: rxe9 exists before the test"
+    );
+    let (rdmad, log) = Rdmad::start_logging(&[]);
+    let (_, before, _) = rdmad.scrape();
+    assert!(rxe9_series(&before).is_empty());
+
+    let hotplug = HotplugDevice::add();
+    wait_for_log(&log, "device rxe9 added");
+    let (_, with, _) = rdmad.scrape();
+    let added = rxe9_series(&with);
+    for want in [
+        "rdma_port_hw_sent_pkts_total{device=\"rxe9\",port=\"1\"}",
+        "rdma_sysfs_read_errors{collector=\"sysfs_info\",device=\"rxe9\"}",
+    ] {
+        assert!(
+            added.iter().any(|s| s == want),
+            "FAIL: {want} missing: {added:?}"
+        );
+    }
+    assert!(
+        added.iter().any(|s| s.starts_with(
+            "rdma_port_info{device=\"rxe9\",port=\"1\",link_layer=\"Ethernet\",netdev=\"veth8\""
+        )),
+        "FAIL: no rdma_port_info for rxe9 on veth8: {added:?}"
+    );
+
+    sh(&["rdma", "link", "delete", "rxe9"]);
+    wait_for_log(&log, "device rxe9 removed");
+    let (_, after, _) = rdmad.scrape();
+    assert_eq!(
+        rxe9_series(&after),
+        Vec::<String>::new(),
+        "FAIL: series of the deleted rxe9 are still exported"
+    );
+    for collector in [
+        "sysfs_info",
+        "netlink_counters",
+        "sysfs_counters",
+        "netlink_resources",
+    ] {
+        let success = format!("rdma_scrape_collector_success{{collector=\"{collector}\"}}");
+        assert_eq!(
+            after.get(&success),
+            Some(&1.0),
+            "FAIL: {success} after the removal"
+        );
+    }
+    // The other devices are still there.
+    assert!(after.contains_key("rdma_port_hw_sent_pkts_total{device=\"rxe0\",port=\"1\"}"));
+    drop(hotplug);
+}
+
+#[test]
+fn netlink_and_sysfs_agree_and_no_qp_counters_without_counter_mode() {
+    let _devices = lock();
+    assert_lab_devices_present();
+    // The same hw counters, once from netlink (default) and once from sysfs only.
+    let netlink = Command::new(rdmad_bin())
+        .args([
+            "--once",
+            "--collector.disable-defaults",
+            "--collector.netlink_counters",
+        ])
+        .output()
+        .expect("FAIL: rdmad --once runs");
+    let sysfs = Command::new(rdmad_bin())
+        .args([
+            "--once",
+            "--collector.disable-defaults",
+            "--collector.sysfs_counters",
+        ])
+        .output()
+        .expect("FAIL: rdmad --once runs");
+    let names = |out: &std::process::Output| -> Vec<String> {
+        parse_exposition(&String::from_utf8_lossy(&out.stdout))
+            .into_keys()
+            .filter(|k| k.starts_with("rdma_port_hw_") && !k.contains("lifespan"))
+            .collect()
+    };
+    let (from_netlink, from_sysfs) = (names(&netlink), names(&sysfs));
+    assert!(
+        from_netlink.len() >= 3 * 15,
+        "FAIL: netlink exported {} port hw counters: {from_netlink:?}",
+        from_netlink.len()
+    );
+    assert_eq!(
+        from_netlink, from_sysfs,
+        "FAIL: netlink and sysfs export different series"
+    );
+    // rdmad never enables QP counter mode, and the lab does not: no rdma_qp_ series.
+    let all = Command::new(rdmad_bin())
+        .arg("--once")
+        .output()
+        .expect("FAIL: rdmad --once");
+    let text = String::from_utf8_lossy(&all.stdout);
+    assert!(
+        !text.contains("\nrdma_qp_"),
+        "FAIL: QP counters without counter mode"
+    );
+    assert!(text.contains("rdma_scrape_collector_success{collector=\"netlink_qp_counters\"} 1\n"));
 }

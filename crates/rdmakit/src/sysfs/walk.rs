@@ -70,6 +70,9 @@ pub(crate) struct Walk<'r> {
     /// The current path; always restored by whoever pushed onto it.
     path: PathStack,
     attr: AttrReader,
+    /// Find each port's netdev from `gid_attrs/ndevs/` alone (see
+    /// [`crate::sysfs::SysfsReader::with_netdev_only_gids`]).
+    netdev_only: bool,
     pub(crate) errors: Vec<SourceError>,
 }
 
@@ -90,8 +93,15 @@ impl<'r> Walk<'r> {
             options,
             path: PathStack::new(class_dir),
             attr: AttrReader::new(),
+            netdev_only: false,
             errors: Vec::new(),
         }
+    }
+
+    /// Read GID tables only as far as the first netdev.
+    pub(crate) fn netdev_only(mut self, on: bool) -> Walk<'r> {
+        self.netdev_only = on;
+        self
     }
 
     /// Record a problem with the file at the current path.
@@ -216,8 +226,9 @@ impl<'r> Walk<'r> {
         }
     }
 
-    /// Read one device; the current path is the class directory.
-    pub(crate) fn device(&mut self, name: String) -> Device {
+    /// Read one device; the current path is the class directory. With `skip_port_hw`, the
+    /// ports' `hw_counters/` directories are not read, except their `lifespan` file.
+    pub(crate) fn device(&mut self, name: String, skip_port_hw: bool) -> Device {
         self.path.push(&name);
         let ctx = Ctx {
             device: &name,
@@ -249,7 +260,7 @@ impl<'r> Walk<'r> {
                 .collect();
             nums.sort_unstable();
             for (num, dir) in nums {
-                ports.push(self.port(&name, num, &dir));
+                ports.push(self.port(&name, num, &dir, skip_port_hw));
             }
         }
         self.path.pop();
@@ -274,7 +285,7 @@ impl<'r> Walk<'r> {
     }
 
     /// Read one port; the current path is `<dev>/ports`.
-    fn port(&mut self, device: &str, num: u32, dir: &str) -> Port {
+    fn port(&mut self, device: &str, num: u32, dir: &str, skip_hw: bool) -> Port {
         self.path.push(dir);
         let ctx = Ctx {
             device,
@@ -286,15 +297,27 @@ impl<'r> Walk<'r> {
         let link_layer = self.text(ctx, "link_layer");
         let lid = self.parsed(ctx, "lid", parse::parse_lid);
         let sm_lid = self.parsed(ctx, "sm_lid", parse::parse_lid);
-        let gids = if self.options.gids {
-            self.gids(ctx)
+        let (gids, netdev) = if !self.options.gids {
+            (Vec::new(), None)
+        } else if self.netdev_only {
+            let netdev = if link_layer.as_deref() == Some("InfiniBand") {
+                None
+            } else {
+                self.first_netdev(ctx)
+            };
+            (Vec::new(), netdev)
         } else {
-            Vec::new()
+            let gids = self.gids(ctx);
+            let netdev = gids.iter().find_map(|g| g.netdev.clone());
+            (gids, netdev)
         };
-        let netdev = gids.iter().find_map(|g| g.netdev.clone());
         let mut counters = Vec::new();
         self.counters(ctx, CounterSource::Pma, &mut counters);
-        self.counters(ctx, CounterSource::Hw, &mut counters);
+        if skip_hw {
+            self.lifespan_only(ctx, &mut counters);
+        } else {
+            self.counters(ctx, CounterSource::Hw, &mut counters);
+        }
         self.path.pop();
         Port {
             num,
@@ -366,6 +389,71 @@ impl<'r> Walk<'r> {
         gids
     }
 
+    /// The netdev of the lowest GID entry that has one, reading `gid_attrs/ndevs/<i>` in index
+    /// order and stopping at the first name; the GIDs themselves are not read.
+    fn first_netdev(&mut self, ctx: Ctx<'_>) -> Option<String> {
+        self.path.push("gid_attrs");
+        self.path.push("ndevs");
+        let entries = self.list(ctx);
+        let mut found = None;
+        if let Some(entries) = entries {
+            let mut indices: Vec<(u32, String)> = entries
+                .into_iter()
+                .filter_map(|n| n.parse::<u32>().ok().map(|i| (i, n)))
+                .collect();
+            indices.sort_unstable();
+            for (_, file) in &indices {
+                self.path.push(file);
+                let value = match self.attr.read(self.path.as_path()) {
+                    Ok(bytes) => match std::str::from_utf8(parse::trim(bytes)) {
+                        Ok("") => None,
+                        Ok(text) => Some(text.to_owned()),
+                        Err(_) => {
+                            let detail = parse::excerpt(bytes);
+                            self.record(ctx, SourceErrorKind::Unparsable, detail);
+                            None
+                        }
+                    },
+                    // Unpopulated entries, or entries without a netdev.
+                    Err(ReadFailure::Os(err)) if is_no_attribute(&err) => None,
+                    Err(failure) => {
+                        self.record_failure(ctx, failure);
+                        None
+                    }
+                };
+                self.path.pop();
+                if value.is_some() {
+                    found = value;
+                    break;
+                }
+            }
+        }
+        self.path.pop();
+        self.path.pop();
+        found
+    }
+
+    /// `hw_counters/lifespan` of the current port directory, when it exists.
+    fn lifespan_only(&mut self, ctx: Ctx<'_>, out: &mut Vec<Counter>) {
+        if !self.options.counters {
+            return;
+        }
+        self.path.push(CounterSource::Hw.dir_name());
+        self.path.push("lifespan");
+        match self.attr.read(self.path.as_path()) {
+            Ok(bytes) => match parse::parse_u64(bytes) {
+                Some(value) => out.push(Counter::new("lifespan", CounterSource::Hw, value)),
+                None => {
+                    let detail = parse::excerpt(parse::trim(bytes));
+                    self.record(ctx, SourceErrorKind::Unparsable, detail);
+                }
+            },
+            Err(failure) => self.record_failure(ctx, failure),
+        }
+        self.path.pop();
+        self.path.pop();
+    }
+
     /// `gid_attrs/<dir>/<file>`: absent and EINVAL (no attribute, e.g. no netdev on
     /// InfiniBand) are `None` without an error.
     fn gid_attr(&mut self, ctx: Ctx<'_>, dir: &str, file: &str) -> Option<String> {
@@ -428,6 +516,12 @@ impl<'r> Walk<'r> {
         }
         self.path.pop();
     }
+}
+
+/// EINVAL, ENODATA, ENODEV: what the kernel answers for a GID attribute of an unpopulated
+/// entry, or of an entry without a netdev.
+fn is_no_attribute(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::InvalidInput || matches!(err.raw_os_error(), Some(19) | Some(61))
 }
 
 #[cfg(test)]

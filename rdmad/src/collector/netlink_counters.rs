@@ -1,0 +1,211 @@
+//! The `netlink_counters` collector: port hw counters from RDMA netlink (`STAT_GET`, what
+//! `rdma statistic show` prints) in place of reading `ports/<n>/hw_counters/` file by file.
+//!
+//! Same metric names, HELP and values as the sysfs files (`rdma_port_hw_<name>_total{device,port}`,
+//! see [`crate::names`]), so dashboards do not care which source a device was read from. One
+//! request per port returns every counter at once, read fresh by the driver. Optional
+//! (dynamic) counters are in the answer only while enabled, so they are exported only while
+//! enabled; rdmad never enables or disables anything.
+//!
+//! Which devices: those the device filter keeps that exist both in RDMA netlink and under
+//! `--path.sysfs` (the sysfs tree decides the device set, as for every other collector).
+//! When any port of a device fails (old kernel, a driver without `STAT_GET` support, a
+//! device going away), the device is left to `sysfs_counters`, which then reads its
+//! `hw_counters/` files: the fallback is per device and logged at debug level. The devices
+//! exported here are passed on through [`Shared`], and only when this collector succeeds.
+//! No RDMA netlink in the kernel means nothing to do, not a failure.
+//!
+//! When `--path.sysfs` is a copy of another machine's tree, disable this collector: netlink
+//! always reads the running kernel.
+
+use std::collections::BTreeSet;
+
+use anyhow::Context;
+use rdmakit::model::{Counter, CounterSource};
+use rdmakit::nldev::{NldevClient, NldevError, PortHwCounters};
+use rdmakit::sysfs::{DeviceFilter, SysfsReader};
+
+use super::{Collector, CollectorConfig, CollectorSpec, Shared};
+use crate::metrics::MetricSet;
+use crate::{help, names};
+
+/// The table row.
+pub const SPEC: CollectorSpec = CollectorSpec {
+    name: "netlink_counters",
+    help: "port hw counters from RDMA netlink STAT_GET (as `rdma statistic show`) instead of sysfs hw_counters/ files; sysfs per device when netlink fails",
+    default_enabled: true,
+    build,
+};
+
+fn build(config: &CollectorConfig) -> Box<dyn Collector> {
+    Box::new(NetlinkCounters {
+        sysfs: SysfsReader::new(config.sysfs.clone()),
+        filter: config.filter.clone(),
+    })
+}
+
+struct NetlinkCounters {
+    /// Only to list the device names of the sysfs tree.
+    sysfs: SysfsReader,
+    filter: DeviceFilter,
+}
+
+impl Collector for NetlinkCounters {
+    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
+        self.update_shared(&Shared::default(), out)
+    }
+
+    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
+        let in_sysfs = self.sysfs.device_names().context("listing sysfs devices")?;
+        let mut client = match NldevClient::open() {
+            Ok(client) => client,
+            Err(e @ NldevError::NoRdma(_)) => {
+                tracing::debug!("{e}");
+                return Ok(());
+            }
+            Err(e) => return Err(e).context("opening RDMA netlink"),
+        };
+        let devices = client.devices().context("RDMA netlink device dump")?;
+        let mut done = BTreeSet::new();
+        for dev in devices {
+            if !self.filter.keeps(&dev.name) || !in_sysfs.contains(&dev.name) {
+                continue;
+            }
+            let ports = match dev.port_count {
+                Some(n) => (1..=n).collect::<Vec<u32>>(),
+                None => match client.ports(&dev) {
+                    Ok(ports) => ports.iter().map(|p| p.port).collect(),
+                    Err(e) => {
+                        tracing::debug!(device = dev.name, "netlink ports: {e}; using sysfs");
+                        continue;
+                    }
+                },
+            };
+            let mut answers = Vec::with_capacity(ports.len());
+            for port in ports {
+                match client.port_counters(dev.index, &dev.name, port) {
+                    Ok(counters) => answers.push(counters),
+                    Err(e) => {
+                        tracing::debug!(
+                            device = dev.name,
+                            port,
+                            "netlink STAT_GET: {e}; using sysfs"
+                        );
+                        answers.clear();
+                        break;
+                    }
+                }
+            }
+            if answers.is_empty() {
+                continue;
+            }
+            for answer in &answers {
+                export_port(out, answer)?;
+            }
+            done.insert(dev.name);
+        }
+        shared.set_netlink_hw_devices(done);
+        Ok(())
+    }
+}
+
+/// Export one port's `STAT_GET` answer under the sysfs names. Counters reported as disabled
+/// are skipped (the kernel leaves them out anyway).
+pub(crate) fn export_port(out: &mut MetricSet, answer: &PortHwCounters) -> anyhow::Result<()> {
+    for hw in &answer.counters {
+        let (Some(value), false) = (hw.value, hw.enabled == Some(false)) else {
+            continue;
+        };
+        let counter = Counter::new(hw.name.clone(), CounterSource::Hw, value);
+        let Some(metric) = names::counter_metric(&counter) else {
+            tracing::debug!(
+                device = answer.dev_name,
+                counter = hw.name,
+                "no usable metric name"
+            );
+            continue;
+        };
+        let labels = vec![
+            ("device", answer.dev_name.clone()),
+            ("port", answer.port.to_string()),
+        ];
+        let added = out.add(
+            &metric.name,
+            metric.kind,
+            || help::counter_help(&answer.dev_name, None, &counter),
+            labels,
+            metric.value,
+        );
+        if let Err(e) = added {
+            // Two counters sanitizing to one name: keep the first, like sysfs_counters.
+            tracing::debug!(device = answer.dev_name, counter = hw.name, "{e}");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Format;
+    use rdmakit::nldev::HwCounter;
+
+    fn hw(name: &str, value: Option<u64>, enabled: Option<bool>) -> HwCounter {
+        HwCounter {
+            name: name.into(),
+            value,
+            index: None,
+            enabled,
+        }
+    }
+
+    #[test]
+    fn netlink_counters_get_the_sysfs_names_and_disabled_ones_are_skipped() {
+        let answer = PortHwCounters {
+            dev_index: 3,
+            dev_name: "rxe_a".into(),
+            port: 1,
+            counters: vec![
+                hw("sent_pkts", Some(41), None),
+                hw("cc_rx_ce_pkts", Some(7), Some(true)),
+                hw("cc_rx_cnp_pkts", Some(9), Some(false)),
+                hw("RxDmaErr", Some(1), None),
+            ],
+        };
+        let mut out = MetricSet::new();
+        export_port(&mut out, &answer).unwrap();
+        let text = out.encode(Format::Text);
+        assert!(
+            text.contains("rdma_port_hw_sent_pkts_total{device=\"rxe_a\",port=\"1\"} 41\n"),
+            "{text}"
+        );
+        assert!(text.contains("rdma_port_hw_cc_rx_ce_pkts_total{device=\"rxe_a\",port=\"1\"} 7\n"));
+        assert!(
+            !text.contains("cc_rx_cnp_pkts"),
+            "disabled optional counter exported"
+        );
+        assert!(text.contains("rdma_port_hw_rx_dma_err_total{"));
+        assert!(
+            text.contains("# HELP rdma_port_hw_sent_pkts_total RoCE packets"),
+            "HELP from the catalog, as for sysfs: {text}"
+        );
+    }
+
+    #[test]
+    fn without_rdma_netlink_nothing_is_exported_and_nothing_is_shared() {
+        // On the build host there is no RDMA netlink (or no device named like the fixture's).
+        let config = CollectorConfig::new(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sysfs/mlx5-ib"),
+            DeviceFilter::all(),
+        );
+        let shared = Shared::default();
+        let mut out = MetricSet::new();
+        let result = build(&config).update_shared(&shared, &mut out);
+        if result.is_ok() {
+            assert!(!shared.netlink_hw_device("mlx5_0"));
+            assert_eq!(out.names().count(), 0);
+        }
+    }
+
+    use std::path::PathBuf;
+}
