@@ -46,6 +46,12 @@ enum Command {
     /// Break RDMA on purpose and watch what the device says (not in this build).
     #[cfg(not(feature = "verbs"))]
     Experiment(cmd::WithoutVerbs),
+    /// Measure RDMA latency now, like perftest: loopback or towards a peer probe engine.
+    #[cfg(feature = "verbs")]
+    Ping(cmd::ping::Args),
+    /// Measure RDMA latency now, like perftest (not in this build).
+    #[cfg(not(feature = "verbs"))]
+    Ping(cmd::WithoutVerbs),
     /// Read the course "RDMA programming fundamentals" in the terminal (list, show N [--lang it]).
     Lesson(cmd::lesson::Args),
     /// Show RDMA devices and ports as the verbs layer sees them.
@@ -84,6 +90,10 @@ fn main() -> ExitCode {
         Command::Monitor(args) => cmd::monitor::run(args),
         Command::Explain(args) => cmd::explain::run(args),
         Command::Lesson(args) => cmd::lesson::run(args),
+        #[cfg(feature = "verbs")]
+        Command::Ping(args) => cmd::ping::run(args),
+        #[cfg(not(feature = "verbs"))]
+        Command::Ping(_) => cmd::without_verbs("ping"),
         #[cfg(feature = "verbs")]
         Command::Experiment(args) => cmd::experiment::run(args),
         #[cfg(not(feature = "verbs"))]

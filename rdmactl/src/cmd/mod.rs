@@ -8,6 +8,8 @@ pub mod explain;
 pub mod lab;
 pub mod lesson;
 pub mod monitor;
+#[cfg(feature = "verbs")]
+pub mod ping;
 pub mod resources;
 pub mod top;
 pub mod trace;

@@ -191,6 +191,51 @@ pub fn rdmactl_bin() -> PathBuf {
 /// The Soft-RoCE device the lab creates.
 pub const LAB_DEVICE: &str = "rxe0";
 
+/// The result of one perftest run between the lab's veth-pair devices.
+#[derive(Debug)]
+pub struct PerftestRun {
+    /// The client's output (it prints the result table).
+    pub client: Output,
+    /// The server's exit status.
+    pub server: std::process::ExitStatus,
+}
+
+impl PerftestRun {
+    /// True when both ends exited 0.
+    pub fn success(&self) -> bool {
+        self.client.status.success() && self.server.success()
+    }
+}
+
+/// Run `TOOL` (e.g. `ib_write_bw`) with the server on rxe_a (10.1.0.1) and the client on
+/// rxe_b, both under `timeout 60`, with the same extra `args` on both ends (e.g. `-n 300`,
+/// a `-p` port when several tests run perftest at once).
+pub fn perftest_between_veth_devices(tool: &str, args: &[&str]) -> PerftestRun {
+    let common = |dev: &'static str| {
+        let mut v: Vec<String> = vec!["60".into(), tool.into(), "-d".into(), dev.into()];
+        v.extend(["-x", "1"].iter().map(|s| s.to_string()));
+        v.extend(args.iter().map(|s| s.to_string()));
+        v
+    };
+    let mut server = std::process::Command::new("timeout")
+        .args(common("rxe_a"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start the {tool} server: {e}"));
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let mut client_args = common("rxe_b");
+    client_args.push("10.1.0.1".into());
+    let client = std::process::Command::new("timeout")
+        .args(client_args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the {tool} client: {e}"));
+    let server = server
+        .wait()
+        .unwrap_or_else(|e| panic!("waiting for the {tool} server: {e}"));
+    PerftestRun { client, server }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

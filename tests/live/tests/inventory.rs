@@ -10,11 +10,11 @@
 //! No device is a failure, never a skip.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use live_tests::rdmactl_bin;
+use live_tests::{perftest_between_veth_devices, rdmactl_bin};
 use rdma_verbs::{AccessFlags, Context, GidType, QpState, QueuePair, RtrParams, RtsParams};
 use rdmakit::catalog::Catalog;
 use rdmakit::doctor::family_of;
@@ -81,42 +81,8 @@ fn every_live_counter_is_in_the_catalog_with_a_meaning() {
 
 /// Real traffic between rxe_b and rxe_a (ib_write_bw, both ends bounded by timeout).
 fn traffic() {
-    let mut server = Command::new("timeout")
-        .args([
-            "60",
-            "ib_write_bw",
-            "-d",
-            "rxe_a",
-            "-x",
-            "1",
-            "-n",
-            "300",
-            "-p",
-            "18710",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start ib_write_bw server");
-    std::thread::sleep(Duration::from_millis(800));
-    let client = Command::new("timeout")
-        .args([
-            "60",
-            "ib_write_bw",
-            "-d",
-            "rxe_b",
-            "-x",
-            "1",
-            "-n",
-            "300",
-            "-p",
-            "18710",
-            "10.1.0.1",
-        ])
-        .output()
-        .expect("run ib_write_bw client");
-    let _ = server.wait();
-    assert!(client.status.success(), "ib_write_bw failed: {client:?}");
+    let run = perftest_between_veth_devices("ib_write_bw", &["-n", "300", "-p", "18710"]);
+    assert!(run.success(), "ib_write_bw failed: {run:?}");
 }
 
 /// (device, port, counter) -> value, from `rdma -j statistic show`.

@@ -4,8 +4,8 @@
 //!
 //! No device is a failure, never a skip.
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use live_tests::perftest_between_veth_devices;
+use std::process::Command;
 
 fn sysfs_state(dev: &str) -> String {
     let path = format!("/sys/class/infiniband/{dev}/ports/1/state");
@@ -40,47 +40,12 @@ fn veth_pair_devices_pass_rdma_write_traffic() {
         assert!(sysfs_state(dev).contains("ACTIVE"), "{dev} not ACTIVE");
     }
     // Server on rxe_a (10.1.0.1), client on rxe_b; both bounded by timeout(1).
-    let mut server = Command::new("timeout")
-        .args([
-            "60",
-            "ib_write_bw",
-            "-d",
-            "rxe_a",
-            "-x",
-            "1",
-            "-s",
-            "4096",
-            "-n",
-            "200",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start ib_write_bw server");
-    std::thread::sleep(Duration::from_millis(800));
-    let client = Command::new("timeout")
-        .args([
-            "60",
-            "ib_write_bw",
-            "-d",
-            "rxe_b",
-            "-x",
-            "1",
-            "-s",
-            "4096",
-            "-n",
-            "200",
-            "10.1.0.1",
-        ])
-        .output()
-        .expect("run ib_write_bw client");
-    let server_status = server.wait().expect("wait for the server");
-    let text = String::from_utf8_lossy(&client.stdout);
+    let run = perftest_between_veth_devices("ib_write_bw", &["-s", "4096", "-n", "200"]);
+    let text = String::from_utf8_lossy(&run.client.stdout);
     assert!(
-        client.status.success() && server_status.success(),
-        "ib_write_bw failed: client {:?}, server {server_status:?}\n{text}{}",
-        client.status,
-        String::from_utf8_lossy(&client.stderr)
+        run.success(),
+        "ib_write_bw failed: {run:?}\n{text}{}",
+        String::from_utf8_lossy(&run.client.stderr)
     );
     // The result row: "#bytes #iterations BW peak BW average MsgRate".
     let row = text

@@ -1,0 +1,740 @@
+//! The probe engine: runs every configured probe on an interval in its own thread and
+//! publishes the results through a [`ProbeHandle`] that rdmad reads on scrape.
+//!
+//! Each round runs, per device port, the loopback operations (one thread per QP), every
+//! `mr_every` rounds the MR registration timings, then one run per peer. Results go into one
+//! [`ProbeSnapshot`] under a mutex: histograms (cumulative, for Prometheus), the last run's
+//! perftest summary, success and failure counts (failures by WC status name), handshake
+//! refusals by reason, and the CPU time all engine threads used. A failed probe's QPs and
+//! MRs are dropped and rebuilt; a failed peer is retried with exponential backoff.
+use crate::clock::{Clock, ClockInfo};
+use crate::cpu::CpuMeter;
+use crate::failure::ProbeFailure;
+use crate::handshake::Secret;
+use crate::histogram::{Histogram, LATENCY_BUCKETS, REGISTRATION_BUCKETS};
+use crate::loopback::{LoopbackProbe, RunParams};
+use crate::mrreg::{time_registrations, DEFAULT_MR_SIZES};
+use crate::peer::{PeerConn, PeerServer, ServerStats};
+use crate::rc::ProbeOp;
+use crate::stats::LatencySummary;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What the engine probes and how often.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Time between the starts of two rounds.
+    pub interval: Duration,
+    /// Timed exchanges per operation per round.
+    pub iterations: u64,
+    /// Untimed exchanges before them.
+    pub warmup: u64,
+    /// Message size, bytes.
+    pub size: usize,
+    /// Loopback operations.
+    pub ops: Vec<ProbeOp>,
+    /// Devices to probe in loopback (empty: every device with an ACTIVE port; use
+    /// `loopback = false` for none).
+    pub devices: Vec<String>,
+    /// Whether to run loopback probes at all.
+    pub loopback: bool,
+    /// GID index (default: the RoCE v2 GID `choose_gid` picks).
+    pub gid_index: Option<u8>,
+    /// MR sizes to time (empty: none).
+    pub mr_sizes: Vec<usize>,
+    /// Time MR registration every this many rounds (the first round included; default 30:
+    /// every 5 minutes, since registering 64 MiB pins and zeroes 16384 pages).
+    pub mr_every: u64,
+    /// Give up on one run after this long.
+    pub run_timeout: Duration,
+    /// Accept peer handshakes here.
+    pub listen: Option<SocketAddr>,
+    /// The shared secret (required for `listen` and `peers`).
+    pub secret: Option<Secret>,
+    /// Peers to probe, `HOST:PORT` of their `listen`.
+    pub peers: Vec<String>,
+    /// Operation for peers: read or write.
+    pub peer_op: ProbeOp,
+    /// Device for peer QPs (default: the one owning the TCP connection's local address).
+    pub peer_device: Option<String>,
+    /// First reconnect delay after a peer failure; doubles up to `backoff_max`.
+    pub backoff_min: Duration,
+    /// Longest reconnect delay.
+    pub backoff_max: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            interval: Duration::from_secs(10),
+            iterations: 100,
+            warmup: 10,
+            size: 64,
+            ops: ProbeOp::ALL.to_vec(),
+            devices: Vec::new(),
+            loopback: true,
+            gid_index: None,
+            mr_sizes: DEFAULT_MR_SIZES.to_vec(),
+            mr_every: 30,
+            run_timeout: Duration::from_secs(5),
+            listen: None,
+            secret: None,
+            peers: Vec::new(),
+            peer_op: ProbeOp::Read,
+            peer_device: None,
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Errors starting the engine.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The configuration is inconsistent.
+    #[error("probe configuration: {0}")]
+    Config(String),
+    /// The peer listener could not be bound.
+    #[error("probe listener on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A thread could not be started.
+    #[error("starting the probe thread: {0}")]
+    Spawn(#[source] std::io::Error),
+}
+
+/// Results of one probe target (a device port's operation, or a peer's).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TargetResult {
+    /// `loopback` or `peer`.
+    pub kind: &'static str,
+    /// Local device.
+    pub device: String,
+    /// Local port.
+    pub port: u8,
+    /// The peer (`HOST:PORT`), for peer probes.
+    pub peer: Option<String>,
+    /// Operation.
+    pub op: ProbeOp,
+    /// Message size, bytes.
+    pub size_bytes: usize,
+    /// Latency of every sample so far, seconds (one-way for send/write loopback, RTT for
+    /// read and peers).
+    pub latency_seconds: Histogram,
+    /// perftest summary of the last successful run.
+    pub last: Option<LatencySummary>,
+    /// Successful runs.
+    pub runs_total: u64,
+    /// Failed runs by failure name (`RETRY_EXC_ERR`, `TIMEOUT`, `CONNECT_ERR`, ...).
+    pub failures_total: BTreeMap<String, u64>,
+    /// Whether the last run succeeded.
+    pub up: bool,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+}
+
+/// MR registration timings of one device and size.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RegistrationResult {
+    /// Device.
+    pub device: String,
+    /// Buffer size, bytes.
+    pub size_bytes: usize,
+    /// The last registration's duration, seconds.
+    pub last_seconds: Option<f64>,
+    /// All registrations, seconds.
+    pub seconds: Histogram,
+    /// Failed registrations.
+    pub failures_total: u64,
+}
+
+/// A peer's connection state.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PeerState {
+    /// `HOST:PORT`.
+    pub peer: String,
+    /// Connected (handshake done, QP in RTS).
+    pub connected: bool,
+    /// Successful connections so far.
+    pub connects_total: u64,
+    /// Current reconnect delay, seconds.
+    pub backoff_seconds: f64,
+}
+
+/// Everything the engine publishes.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProbeSnapshot {
+    /// The clock in use and what it costs.
+    pub clock: Option<ClockInfo>,
+    /// Rounds completed.
+    pub rounds_total: u64,
+    /// CPU time of all engine threads, seconds.
+    pub cpu_seconds_total: f64,
+    /// Seconds since the engine started.
+    pub uptime_seconds: f64,
+    /// One entry per target.
+    pub targets: Vec<TargetResult>,
+    /// MR registration timings.
+    pub registrations: Vec<RegistrationResult>,
+    /// Peers.
+    pub peers: Vec<PeerState>,
+    /// Handshakes this engine's listener accepted.
+    pub handshakes_accepted_total: u64,
+    /// Handshakes it refused, by reason (`bad_mac`, `replay`, `malformed`, ...).
+    pub handshakes_refused_total: BTreeMap<String, u64>,
+}
+
+impl ProbeSnapshot {
+    /// The target for `op` on `device` (loopback) or towards `peer`.
+    pub fn target(&self, device_or_peer: &str, op: ProbeOp) -> Option<&TargetResult> {
+        self.targets.iter().find(|t| {
+            t.op == op
+                && (t.peer.as_deref() == Some(device_or_peer)
+                    || (t.peer.is_none() && t.device == device_or_peer))
+        })
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    clock: Option<ClockInfo>,
+    targets: Vec<TargetResult>,
+    registrations: Vec<RegistrationResult>,
+    peers: Vec<PeerState>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    rounds: AtomicU64,
+    cpu_ns: Arc<AtomicU64>,
+    server: Arc<ServerStats>,
+    started: Instant,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+/// A cheap, cloneable read handle on the engine's results.
+#[derive(Debug, Clone)]
+pub struct ProbeHandle(Arc<Shared>);
+
+impl ProbeHandle {
+    /// A copy of the current results.
+    pub fn snapshot(&self) -> ProbeSnapshot {
+        let s = &self.0;
+        let st = s.state.lock().unwrap_or_else(|p| p.into_inner());
+        let cpu_ns = s.cpu_ns.load(Ordering::Relaxed) + s.server.cpu_ns.load(Ordering::Relaxed);
+        ProbeSnapshot {
+            clock: st.clock,
+            rounds_total: s.rounds.load(Ordering::Relaxed),
+            cpu_seconds_total: cpu_ns as f64 / 1e9,
+            uptime_seconds: s.started.elapsed().as_secs_f64(),
+            targets: st.targets.clone(),
+            registrations: st.registrations.clone(),
+            peers: st.peers.clone(),
+            handshakes_accepted_total: s.server.accepted.load(Ordering::Relaxed),
+            handshakes_refused_total: s.server.refused(),
+        }
+    }
+}
+
+struct Key<'a> {
+    kind: &'static str,
+    device: &'a str,
+    port: u8,
+    peer: Option<&'a str>,
+    op: ProbeOp,
+    size: usize,
+}
+
+impl Shared {
+    fn record(&self, k: Key<'_>, result: Result<Vec<f64>, ProbeFailure>) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let pos = st.targets.iter().position(|t| {
+            t.kind == k.kind
+                && t.peer.as_deref() == k.peer
+                && t.op == k.op
+                && (k.peer.is_some() || (t.device == k.device && t.port == k.port))
+        });
+        let t = match pos {
+            Some(i) => &mut st.targets[i],
+            None => {
+                st.targets.push(TargetResult {
+                    kind: k.kind,
+                    device: k.device.to_string(),
+                    port: k.port,
+                    peer: k.peer.map(str::to_string),
+                    op: k.op,
+                    size_bytes: k.size,
+                    latency_seconds: Histogram::new(LATENCY_BUCKETS),
+                    last: None,
+                    runs_total: 0,
+                    failures_total: BTreeMap::new(),
+                    up: false,
+                    last_error: None,
+                });
+                st.targets.last_mut().expect("just pushed")
+            }
+        };
+        if !k.device.is_empty() {
+            t.device = k.device.to_string();
+            t.port = k.port;
+        }
+        match result {
+            Ok(mut samples) => {
+                for ns in &samples {
+                    t.latency_seconds.observe(ns / 1e9);
+                }
+                t.last = LatencySummary::from_ns(&mut samples);
+                t.runs_total += 1;
+                t.up = true;
+            }
+            Err(f) => {
+                if t.up || t.runs_total == 0 {
+                    tracing::warn!(kind = k.kind, device = k.device, peer = k.peer, op = %k.op, "probe failed: {f}");
+                } else {
+                    tracing::debug!(kind = k.kind, device = k.device, peer = k.peer, op = %k.op, "probe failed: {f}");
+                }
+                *t.failures_total.entry(f.kind.name()).or_insert(0) += 1;
+                t.up = false;
+                t.last_error = Some(f.to_string());
+            }
+        }
+    }
+
+    fn record_registration(&self, device: &str, size: usize, r: &Result<Duration, ProbeFailure>) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let pos = st
+            .registrations
+            .iter()
+            .position(|x| x.device == device && x.size_bytes == size);
+        let e = match pos {
+            Some(i) => &mut st.registrations[i],
+            None => {
+                st.registrations.push(RegistrationResult {
+                    device: device.to_string(),
+                    size_bytes: size,
+                    last_seconds: None,
+                    seconds: Histogram::new(REGISTRATION_BUCKETS),
+                    failures_total: 0,
+                });
+                st.registrations.last_mut().expect("just pushed")
+            }
+        };
+        match r {
+            Ok(d) => {
+                e.last_seconds = Some(d.as_secs_f64());
+                e.seconds.observe(d.as_secs_f64());
+            }
+            Err(f) => {
+                tracing::warn!(device, size, "MR registration failed: {f}");
+                e.failures_total += 1;
+            }
+        }
+    }
+}
+
+/// The running engine. Dropping it stops its threads and frees every QP and MR.
+#[derive(Debug)]
+pub struct ProbeEngine {
+    shared: Arc<Shared>,
+    main: Option<JoinHandle<()>>,
+    server: Option<PeerServer>,
+}
+
+impl ProbeEngine {
+    /// Validate `config`, bind the listener (if any) and start the probe thread.
+    pub fn start(config: EngineConfig) -> Result<ProbeEngine, EngineError> {
+        if (config.listen.is_some() || !config.peers.is_empty()) && config.secret.is_none() {
+            return Err(EngineError::Config(
+                "peer probes and the probe listener need a shared secret".into(),
+            ));
+        }
+        if config.peer_op == ProbeOp::Send {
+            return Err(EngineError::Config(
+                "peer probes are one-sided: peer op must be read or write".into(),
+            ));
+        }
+        if !config.peers.is_empty() && config.size > crate::peer::PEER_BUFFER {
+            return Err(EngineError::Config(format!(
+                "peer probes use at most {} byte messages",
+                crate::peer::PEER_BUFFER
+            )));
+        }
+        if config.iterations == 0 || config.size == 0 || config.interval.is_zero() {
+            return Err(EngineError::Config(
+                "interval, iterations and size must be positive".into(),
+            ));
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                clock: None,
+                targets: Vec::new(),
+                registrations: Vec::new(),
+                peers: Vec::new(),
+            }),
+            rounds: AtomicU64::new(0),
+            cpu_ns: Arc::new(AtomicU64::new(0)),
+            server: Arc::new(ServerStats::default()),
+            started: Instant::now(),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let server = match (config.listen, &config.secret) {
+            (Some(addr), Some(secret)) => Some(
+                PeerServer::start(
+                    addr,
+                    secret.clone(),
+                    config.peer_device.clone(),
+                    config.gid_index,
+                    Arc::clone(&shared.server),
+                )
+                .map_err(|source| EngineError::Listen { addr, source })?,
+            ),
+            _ => None,
+        };
+        let s2 = Arc::clone(&shared);
+        let main = std::thread::Builder::new()
+            .name("rdma-probe".into())
+            .spawn(move || main_loop(&s2, &config))
+            .map_err(EngineError::Spawn)?;
+        Ok(ProbeEngine {
+            shared,
+            main: Some(main),
+            server,
+        })
+    }
+
+    /// The read handle.
+    pub fn handle(&self) -> ProbeHandle {
+        ProbeHandle(Arc::clone(&self.shared))
+    }
+
+    /// Where the peer listener listens.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        self.server.as_ref().map(PeerServer::local_addr)
+    }
+
+    /// Stop and wait for the threads (also done on drop).
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        *self.shared.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.main.take() {
+            let _ = t.join();
+        }
+        self.server = None;
+    }
+}
+
+impl Drop for ProbeEngine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Device ports with an ACTIVE port, for `devices = []`.
+fn active_ports(filter: &[String]) -> Vec<(String, u8)> {
+    let mut out = Vec::new();
+    let names: Vec<String> = if filter.is_empty() {
+        rdma_verbs::devices()
+            .map(|l| l.into_iter().map(|d| d.name).collect())
+            .unwrap_or_default()
+    } else {
+        filter.to_vec()
+    };
+    for name in names {
+        let Ok(ctx) = rdma_verbs::open(&name) else {
+            // Keep a configured device even when absent now: its failures get counted.
+            if !filter.is_empty() {
+                out.push((name, 1));
+            }
+            continue;
+        };
+        let ports = ctx.query_device().map(|a| a.phys_port_cnt).unwrap_or(1);
+        for p in 1..=ports {
+            let active = ctx
+                .query_port(p)
+                .map(|a| a.state == rdma_verbs::PortState::Active)
+                .unwrap_or(false);
+            if active || !filter.is_empty() {
+                out.push((name.clone(), p));
+            }
+        }
+    }
+    out
+}
+
+struct PeerLink {
+    addr: String,
+    conn: Option<PeerConn>,
+    backoff: Duration,
+    next_attempt: Instant,
+    connects: u64,
+}
+
+fn main_loop(shared: &Shared, cfg: &EngineConfig) {
+    let mut meter = CpuMeter::start();
+    let clock = Clock::calibrate();
+    shared.state.lock().unwrap_or_else(|p| p.into_inner()).clock = Some(clock.info());
+    let mut probes: Vec<LoopbackProbe> = if cfg.loopback {
+        active_ports(&cfg.devices)
+            .into_iter()
+            .map(|(d, p)| {
+                LoopbackProbe::new(&d, p, cfg.gid_index, cfg.size)
+                    .with_cpu_sink(Arc::clone(&shared.cpu_ns))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut peers: Vec<PeerLink> = cfg
+        .peers
+        .iter()
+        .map(|a| PeerLink {
+            addr: a.clone(),
+            conn: None,
+            backoff: cfg.backoff_min,
+            next_attempt: Instant::now(),
+            connects: 0,
+        })
+        .collect();
+    let params = RunParams {
+        size: cfg.size,
+        warmup: cfg.warmup,
+        iterations: cfg.iterations,
+        timeout: cfg.run_timeout,
+    };
+    let mut round: u64 = 0;
+    loop {
+        let start = Instant::now();
+        for probe in &mut probes {
+            for &op in &cfg.ops {
+                let r = probe.run(op, &params, &clock);
+                shared.record(
+                    Key {
+                        kind: "loopback",
+                        device: probe.device(),
+                        port: probe.port(),
+                        peer: None,
+                        op,
+                        size: cfg.size,
+                    },
+                    r,
+                );
+            }
+        }
+        if !cfg.mr_sizes.is_empty() && round.checked_rem(cfg.mr_every.max(1)) == Some(0) {
+            let mut devices: Vec<&str> = probes.iter().map(|p| p.device()).collect();
+            devices.dedup();
+            for d in devices {
+                let timed = rdma_verbs::open(d)
+                    .map_err(|e| ProbeFailure::setup("open", e))
+                    .and_then(|ctx| time_registrations(&ctx, &cfg.mr_sizes));
+                match timed {
+                    Ok(list) => {
+                        for r in list {
+                            shared.record_registration(d, r.size, &r.result);
+                        }
+                    }
+                    Err(f) => {
+                        for &size in &cfg.mr_sizes {
+                            shared.record_registration(d, size, &Err(f.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        for link in &mut peers {
+            peer_round(shared, cfg, link, &clock, &params);
+        }
+        {
+            let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.peers = peers
+                .iter()
+                .map(|l| PeerState {
+                    peer: l.addr.clone(),
+                    connected: l.conn.is_some(),
+                    connects_total: l.connects,
+                    backoff_seconds: l.backoff.as_secs_f64(),
+                })
+                .collect();
+        }
+        round += 1;
+        shared.rounds.fetch_add(1, Ordering::Relaxed);
+        meter.flush(&shared.cpu_ns);
+        let next = start + cfg.interval;
+        let mut stop = shared.stop.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if *stop {
+                return;
+            }
+            let now = Instant::now();
+            if now >= next {
+                break;
+            }
+            stop = shared
+                .wake
+                .wait_timeout(stop, next - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+fn peer_round(
+    shared: &Shared,
+    cfg: &EngineConfig,
+    link: &mut PeerLink,
+    clock: &Clock,
+    p: &RunParams,
+) {
+    fn key<'a>(cfg: &EngineConfig, device: &'a str, peer: &'a str) -> Key<'a> {
+        Key {
+            kind: "peer",
+            device,
+            port: 1,
+            peer: Some(peer),
+            op: cfg.peer_op,
+            size: cfg.size,
+        }
+    }
+    let now = Instant::now();
+    if link.conn.is_none() {
+        if now < link.next_attempt {
+            return;
+        }
+        let secret = cfg.secret.as_ref().expect("checked at start");
+        match PeerConn::connect(
+            &link.addr,
+            secret,
+            cfg.peer_device.as_deref(),
+            cfg.gid_index,
+            cfg.size,
+        ) {
+            Ok(c) => {
+                link.conn = Some(c);
+                link.connects += 1;
+            }
+            Err(f) => {
+                shared.record(key(cfg, "", &link.addr), Err(f));
+                link.next_attempt = now + link.backoff;
+                link.backoff = (link.backoff * 2).min(cfg.backoff_max);
+                return;
+            }
+        }
+    }
+    let conn = link.conn.as_ref().expect("connected above");
+    let r = conn.run(cfg.peer_op, p.warmup, p.iterations, clock, p.timeout);
+    let ok = r.is_ok();
+    shared.record(key(cfg, conn.device(), &link.addr), r);
+    if ok {
+        link.backoff = cfg.backoff_min;
+    } else {
+        link.conn = None;
+        link.next_attempt = Instant::now() + link.backoff;
+        link.backoff = (link.backoff * 2).min(cfg.backoff_max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_without_a_secret_are_refused_at_start() {
+        let cfg = EngineConfig {
+            peers: vec!["127.0.0.1:1".into()],
+            ..EngineConfig::default()
+        };
+        assert!(matches!(
+            ProbeEngine::start(cfg),
+            Err(EngineError::Config(_))
+        ));
+        let cfg = EngineConfig {
+            peer_op: ProbeOp::Send,
+            ..EngineConfig::default()
+        };
+        assert!(ProbeEngine::start(cfg).is_err());
+    }
+
+    #[test]
+    fn an_engine_without_devices_counts_failures_and_stops_cleanly() {
+        // On a host without RDMA the configured device cannot open: the failure is counted
+        // under its name, nothing panics, and stop() returns.
+        let cfg = EngineConfig {
+            devices: vec!["no-such-rdma-dev".into()],
+            interval: Duration::from_millis(20),
+            mr_sizes: vec![],
+            ..EngineConfig::default()
+        };
+        let engine = ProbeEngine::start(cfg).unwrap();
+        let h = engine.handle();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while h.snapshot().rounds_total < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let snap = h.snapshot();
+        assert!(snap.rounds_total >= 2);
+        let t = snap
+            .target("no-such-rdma-dev", ProbeOp::Write)
+            .expect("target");
+        assert!(!t.up);
+        assert!(
+            t.failures_total.get("NO_DEVICE").copied().unwrap_or(0) >= 2,
+            "{t:?}"
+        );
+        engine.stop();
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_bound_for_a_dead_peer() {
+        let secret = Secret::new(b"0123456789abcdef0123").unwrap();
+        // A port nobody listens on (bound then closed).
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let cfg = EngineConfig {
+            loopback: false,
+            mr_sizes: vec![],
+            peers: vec![addr.to_string()],
+            secret: Some(secret),
+            interval: Duration::from_millis(10),
+            backoff_min: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(40),
+            ..EngineConfig::default()
+        };
+        let engine = ProbeEngine::start(cfg).unwrap();
+        let h = engine.handle();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let fails = |h: &ProbeHandle| {
+            h.snapshot()
+                .target(&addr.to_string(), ProbeOp::Read)
+                .and_then(|t| t.failures_total.get("CONNECT_ERR").copied())
+                .unwrap_or(0)
+        };
+        while fails(&h) < 4 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let snap = h.snapshot();
+        assert!(fails(&h) >= 4, "{snap:?}");
+        let p = &snap.peers[0];
+        assert!(!p.connected);
+        assert_eq!(p.backoff_seconds, 0.04, "bounded by backoff_max");
+        engine.stop();
+    }
+}

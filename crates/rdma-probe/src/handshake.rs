@@ -1,0 +1,642 @@
+//! The peer handshake: two probe engines exchange QP number, GID, PSN and (server side) the
+//! MR to probe, over TCP, authenticated with a shared secret.
+//!
+//! ```text
+//! client                                   server
+//! HELLO      magic, version, nonce_c  ->
+//!                                     <-  CHALLENGE  nonce_s        (nonce_c seen before: REFUSED)
+//! CLIENT_OFFER offer_c, mac_c         ->                            (bad mac: REFUSED)
+//!                                     <-  SERVER_OFFER offer_s, mac_s
+//! mac_c = HMAC-SHA256(secret, "rdma-probe/1 client" | nonce_c | nonce_s | offer_c)
+//! mac_s = HMAC-SHA256(secret, "rdma-probe/1 server" | nonce_c | nonce_s | offer_s)
+//! ```
+//!
+//! Both MACs cover both fresh nonces, so a recorded exchange cannot be replayed: the server's
+//! new nonce makes an old client MAC wrong, and a HELLO whose nonce the server has already
+//! seen is refused outright. MACs are checked with `verify_slice` (constant time). The
+//! server reveals its rkey only after the client proved it knows the secret; the client
+//! offers no memory at all. Frames are `type u8 | length u16 (big endian) | body`, at most
+//! [`MAX_BODY`] bytes; anything else is refused without reading further. Nothing here logs.
+use hmac::{Hmac, Mac};
+use rdma_verbs::{QpEndpoint, RemoteBuffer};
+use sha2::Sha256;
+use std::collections::{HashSet, VecDeque};
+use std::io::{self, Read, Write};
+use std::net::Ipv6Addr;
+use std::sync::Mutex;
+
+type HmacSha256 = Hmac<Sha256>;
+
+const MAGIC: &[u8; 4] = b"RDPB";
+const VERSION: u8 = 1;
+/// Largest frame body accepted.
+pub const MAX_BODY: usize = 128;
+const NONCE_LEN: usize = 16;
+const MAC_LEN: usize = 32;
+const OFFER_LEN: usize = 48;
+
+const T_HELLO: u8 = 1;
+const T_CHALLENGE: u8 = 2;
+const T_CLIENT_OFFER: u8 = 3;
+const T_SERVER_OFFER: u8 = 4;
+const T_REFUSED: u8 = 5;
+
+const LABEL_CLIENT: &[u8] = b"rdma-probe/1 client";
+const LABEL_SERVER: &[u8] = b"rdma-probe/1 server";
+
+/// A shared secret. `Debug` never shows it.
+#[derive(Clone)]
+pub struct Secret(std::sync::Arc<[u8]>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret({} bytes)", self.0.len())
+    }
+}
+
+impl Secret {
+    /// At least 16 bytes.
+    pub fn new(bytes: &[u8]) -> Result<Secret, String> {
+        if bytes.len() < 16 {
+            return Err(format!(
+                "a probe secret needs at least 16 bytes, got {}",
+                bytes.len()
+            ));
+        }
+        Ok(Secret(bytes.into()))
+    }
+
+    /// Read a secret file (trailing newlines and spaces are not part of the secret).
+    pub fn from_file(path: &std::path::Path) -> Result<Secret, String> {
+        let raw = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let end = raw
+            .iter()
+            .rposition(|b| !b.is_ascii_whitespace())
+            .map_or(0, |i| i + 1);
+        Secret::new(&raw[..end]).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// What one side tells the other: its QP and, from the server, the memory to probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offer {
+    /// QP number, first PSN, GID, LID.
+    pub endpoint: QpEndpoint,
+    /// Path MTU code (`ibv_mtu`) the sender uses.
+    pub mtu: u8,
+    /// The MR the client may READ/WRITE (server only; `Debug` hides its key and address).
+    pub buffer: Option<RemoteBuffer>,
+}
+
+impl Offer {
+    fn encode(&self) -> [u8; OFFER_LEN] {
+        let mut b = [0u8; OFFER_LEN];
+        let e = &self.endpoint;
+        b[0..4].copy_from_slice(&e.qp_num.to_be_bytes());
+        b[4..8].copy_from_slice(&e.psn.to_be_bytes());
+        b[8..24].copy_from_slice(&e.gid.octets());
+        b[24..26].copy_from_slice(&e.lid.to_be_bytes());
+        b[26] = self.mtu;
+        if let Some(r) = self.buffer {
+            b[27] = 1;
+            b[28..36].copy_from_slice(&r.addr.to_be_bytes());
+            b[36..40].copy_from_slice(&r.rkey.to_be_bytes());
+            b[40..48].copy_from_slice(&r.len.to_be_bytes());
+        }
+        b
+    }
+
+    fn decode(b: &[u8]) -> Result<Offer, HandshakeError> {
+        if b.len() != OFFER_LEN {
+            return Err(HandshakeError::Malformed("offer length"));
+        }
+        let u32_at = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let gid: [u8; 16] = b[8..24].try_into().expect("16 bytes");
+        let buffer = match b[27] {
+            0 => None,
+            1 => Some(RemoteBuffer {
+                addr: u64_at(28),
+                rkey: u32_at(36),
+                len: u64_at(40),
+            }),
+            _ => return Err(HandshakeError::Malformed("offer flags")),
+        };
+        let psn = u32_at(4);
+        if psn > 0x00ff_ffff || !(1..=5).contains(&b[26]) {
+            return Err(HandshakeError::Malformed("offer PSN or MTU"));
+        }
+        Ok(Offer {
+            endpoint: QpEndpoint {
+                qp_num: u32_at(0),
+                psn,
+                gid: Ipv6Addr::from(gid),
+                lid: u16::from_be_bytes([b[24], b[25]]),
+            },
+            mtu: b[26],
+            buffer,
+        })
+    }
+}
+
+/// Why a handshake failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandshakeError {
+    /// The connection failed or timed out.
+    #[error("handshake i/o: {0}")]
+    Io(#[from] io::Error),
+    /// A frame that is not what the protocol allows at this point.
+    #[error("malformed handshake frame: {0}")]
+    Malformed(&'static str),
+    /// The MAC did not verify: the other side does not know the secret.
+    #[error("authentication failed (wrong secret?)")]
+    BadMac,
+    /// The client nonce was seen before.
+    #[error("replayed handshake nonce")]
+    Replay,
+    /// The other side refused us.
+    #[error("refused by the peer: {0}")]
+    Refused(&'static str),
+    /// The server authenticated the client but could not set up its QP.
+    #[error("the responder could not set up its QP: {0}")]
+    Responder(String),
+}
+
+impl HandshakeError {
+    /// The `reason` label of a refused handshake.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            HandshakeError::Io(_) => "io",
+            HandshakeError::Malformed(_) => "malformed",
+            HandshakeError::BadMac => "bad_mac",
+            HandshakeError::Replay => "replay",
+            HandshakeError::Refused(_) => "refused",
+            HandshakeError::Responder(_) => "responder",
+        }
+    }
+
+    fn refusal_code(&self) -> u8 {
+        match self {
+            HandshakeError::BadMac => 1,
+            HandshakeError::Replay => 2,
+            HandshakeError::Responder(_) => 4,
+            _ => 3,
+        }
+    }
+}
+
+fn refusal_text(code: u8) -> &'static str {
+    match code {
+        1 => "authentication failed (wrong secret?)",
+        2 => "replayed nonce",
+        4 => "the responder could not set up its QP",
+        _ => "malformed handshake",
+    }
+}
+
+type Nonce = [u8; NONCE_LEN];
+
+/// Client nonces a server has seen, bounded (oldest forgotten first).
+#[derive(Debug)]
+pub struct NonceCache {
+    inner: Mutex<(HashSet<Nonce>, VecDeque<Nonce>)>,
+    capacity: usize,
+}
+
+impl NonceCache {
+    /// Remember up to `capacity` nonces.
+    pub fn new(capacity: usize) -> Self {
+        NonceCache {
+            inner: Mutex::new((HashSet::new(), VecDeque::new())),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Record `nonce`; false when it was already there (a replay).
+    pub fn insert(&self, nonce: [u8; NONCE_LEN]) -> bool {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (set, order) = &mut *g;
+        if !set.insert(nonce) {
+            return false;
+        }
+        order.push_back(nonce);
+        while order.len() > self.capacity {
+            if let Some(old) = order.pop_front() {
+                set.remove(&old);
+            }
+        }
+        true
+    }
+}
+
+/// 16 fresh random bytes from the kernel.
+pub fn fresh_nonce() -> io::Result<[u8; NONCE_LEN]> {
+    let mut n = [0u8; NONCE_LEN];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut n)?;
+    Ok(n)
+}
+
+fn mac(secret: &Secret, label: &[u8], nc: &[u8], ns: &[u8], offer: &[u8]) -> HmacSha256 {
+    let mut m = HmacSha256::new_from_slice(&secret.0).expect("HMAC takes any key length");
+    for part in [label, nc, ns, offer] {
+        m.update(part);
+    }
+    m
+}
+
+fn write_frame<S: Write>(s: &mut S, t: u8, body: &[u8]) -> io::Result<()> {
+    debug_assert!(body.len() <= MAX_BODY);
+    let mut buf = Vec::with_capacity(3 + body.len());
+    buf.push(t);
+    buf.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    buf.extend_from_slice(body);
+    s.write_all(&buf)?;
+    s.flush()
+}
+
+fn read_frame<S: Read>(s: &mut S) -> Result<(u8, Vec<u8>), HandshakeError> {
+    let truncated = |e: io::Error| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            HandshakeError::Malformed("truncated frame")
+        } else {
+            HandshakeError::Io(e)
+        }
+    };
+    let mut h = [0u8; 3];
+    s.read_exact(&mut h).map_err(truncated)?;
+    let len = usize::from(u16::from_be_bytes([h[1], h[2]]));
+    if len > MAX_BODY {
+        return Err(HandshakeError::Malformed("frame too long"));
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).map_err(truncated)?;
+    Ok((h[0], body))
+}
+
+/// Read a frame of type `want` with exactly `len` bytes; a REFUSED frame becomes `Refused`.
+fn expect_frame<S: Read>(s: &mut S, want: u8, len: usize) -> Result<Vec<u8>, HandshakeError> {
+    let (t, body) = read_frame(s)?;
+    if t == T_REFUSED && body.len() == 1 {
+        return Err(HandshakeError::Refused(refusal_text(body[0])));
+    }
+    if t != want {
+        return Err(HandshakeError::Malformed("unexpected frame type"));
+    }
+    if body.len() != len {
+        return Err(HandshakeError::Malformed("wrong frame length"));
+    }
+    Ok(body)
+}
+
+/// Client side: offer `ours`, get the server's offer (authenticated).
+pub fn client<S: Read + Write>(
+    s: &mut S,
+    secret: &Secret,
+    ours: &Offer,
+) -> Result<Offer, HandshakeError> {
+    let nc = fresh_nonce()?;
+    let mut hello = Vec::with_capacity(21);
+    hello.extend_from_slice(MAGIC);
+    hello.push(VERSION);
+    hello.extend_from_slice(&nc);
+    write_frame(s, T_HELLO, &hello)?;
+    let ns = expect_frame(s, T_CHALLENGE, NONCE_LEN)?;
+    let offer = ours.encode();
+    let tag = mac(secret, LABEL_CLIENT, &nc, &ns, &offer)
+        .finalize()
+        .into_bytes();
+    let mut body = offer.to_vec();
+    body.extend_from_slice(&tag);
+    write_frame(s, T_CLIENT_OFFER, &body)?;
+    let reply = expect_frame(s, T_SERVER_OFFER, OFFER_LEN + MAC_LEN)?;
+    let (offer_s, tag_s) = reply.split_at(OFFER_LEN);
+    mac(secret, LABEL_SERVER, &nc, &ns, offer_s)
+        .verify_slice(tag_s)
+        .map_err(|_| HandshakeError::BadMac)?;
+    Offer::decode(offer_s)
+}
+
+/// Server side: authenticate the client, let `respond` build our QP for the client's offer,
+/// send our offer. Returns the client's offer and what `respond` built. On refusal the
+/// client is told why (one REFUSED frame) before the error is returned.
+pub fn server<S, R, F>(
+    s: &mut S,
+    secret: &Secret,
+    seen: &NonceCache,
+    respond: F,
+) -> Result<(Offer, R), HandshakeError>
+where
+    S: Read + Write,
+    F: FnOnce(&Offer) -> Result<(Offer, R), String>,
+{
+    let result = server_inner(s, secret, seen, respond);
+    if let Err(e) = &result {
+        if !matches!(e, HandshakeError::Io(_)) {
+            // Best effort: the client may already be gone.
+            let _ = write_frame(s, T_REFUSED, &[e.refusal_code()]);
+        }
+    }
+    result
+}
+
+fn server_inner<S, R, F>(
+    s: &mut S,
+    secret: &Secret,
+    seen: &NonceCache,
+    respond: F,
+) -> Result<(Offer, R), HandshakeError>
+where
+    S: Read + Write,
+    F: FnOnce(&Offer) -> Result<(Offer, R), String>,
+{
+    let hello = expect_frame(s, T_HELLO, 4 + 1 + NONCE_LEN)?;
+    if &hello[..4] != MAGIC || hello[4] != VERSION {
+        return Err(HandshakeError::Malformed("bad magic or version"));
+    }
+    let nc: [u8; NONCE_LEN] = hello[5..].try_into().expect("16 bytes");
+    if !seen.insert(nc) {
+        return Err(HandshakeError::Replay);
+    }
+    let ns = fresh_nonce()?;
+    write_frame(s, T_CHALLENGE, &ns)?;
+    let body = expect_frame(s, T_CLIENT_OFFER, OFFER_LEN + MAC_LEN)?;
+    let (offer_c, tag_c) = body.split_at(OFFER_LEN);
+    mac(secret, LABEL_CLIENT, &nc, &ns, offer_c)
+        .verify_slice(tag_c)
+        .map_err(|_| HandshakeError::BadMac)?;
+    let theirs = Offer::decode(offer_c)?;
+    let (ours, built) = respond(&theirs).map_err(HandshakeError::Responder)?;
+    let offer_s = ours.encode();
+    let tag = mac(secret, LABEL_SERVER, &nc, &ns, &offer_s)
+        .finalize()
+        .into_bytes();
+    let mut reply = offer_s.to_vec();
+    reply.extend_from_slice(&tag);
+    write_frame(s, T_SERVER_OFFER, &reply)?;
+    Ok((theirs, built))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    fn secret(s: &str) -> Secret {
+        Secret::new(s.as_bytes()).unwrap()
+    }
+
+    fn client_offer() -> Offer {
+        Offer {
+            endpoint: QpEndpoint {
+                qp_num: 0x11,
+                psn: 0x123456,
+                gid: "::ffff:10.1.0.2".parse().unwrap(),
+                lid: 0,
+            },
+            mtu: 3,
+            buffer: None,
+        }
+    }
+
+    fn server_offer() -> Offer {
+        Offer {
+            endpoint: QpEndpoint {
+                qp_num: 0x22,
+                psn: 0x654321,
+                gid: "::ffff:10.1.0.1".parse().unwrap(),
+                lid: 0,
+            },
+            mtu: 3,
+            buffer: Some(RemoteBuffer {
+                addr: 0x7f00_0000_1000,
+                rkey: 0xabcd,
+                len: 64,
+            }),
+        }
+    }
+
+    /// A stream that records what is read from it.
+    struct Recorder<S> {
+        inner: S,
+        read: Vec<u8>,
+    }
+    impl<S: Read> Read for Recorder<S> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.read.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+    }
+    impl<S: Write> Write for Recorder<S> {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.inner.write(buf)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.inner.flush()
+        }
+    }
+
+    /// Scripted input, collected output.
+    struct Script {
+        input: Cursor<Vec<u8>>,
+        output: Vec<u8>,
+    }
+    impl Read for Script {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.input.read(buf)
+        }
+    }
+    impl Write for Script {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.output.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    type Session = (
+        Result<Offer, HandshakeError>,
+        Result<(Offer, u32), HandshakeError>,
+        Vec<u8>,
+    );
+
+    /// Run a client with `cs` against a server with `ss`; returns both results and what the
+    /// server read.
+    fn session(cs: &Secret, ss: &Secret, seen: &NonceCache) -> Session {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        for s in [&a, &b] {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        }
+        let cs = cs.clone();
+        let client_thread = std::thread::spawn(move || client(&mut a, &cs, &client_offer()));
+        let mut rec = Recorder {
+            inner: b,
+            read: Vec::new(),
+        };
+        let srv = server(&mut rec, ss, seen, |theirs| {
+            assert_eq!(*theirs, client_offer());
+            Ok((server_offer(), 7u32))
+        });
+        // Close our end so a client waiting for a reply sees EOF.
+        drop(rec.inner);
+        (client_thread.join().unwrap(), srv, rec.read)
+    }
+
+    #[test]
+    fn the_right_secret_is_accepted_both_ways() {
+        let seen = NonceCache::new(16);
+        let k = secret("a shared secret of 32 bytes!!!!!");
+        let (c, s, _) = session(&k, &k, &seen);
+        let got = c.expect("client accepted");
+        assert_eq!(got, server_offer());
+        assert_eq!(got.buffer.unwrap().rkey, 0xabcd);
+        let (theirs, built) = s.expect("server accepted");
+        assert_eq!((theirs, built), (client_offer(), 7));
+    }
+
+    #[test]
+    fn a_wrong_secret_is_refused_and_no_rkey_is_sent() {
+        let seen = NonceCache::new(16);
+        let (c, s, _) = session(
+            &secret("the client's secret is this one"),
+            &secret("but the server's is another one"),
+            &seen,
+        );
+        assert!(matches!(s, Err(HandshakeError::BadMac)), "{s:?}");
+        assert_eq!(s.unwrap_err().reason(), "bad_mac");
+        assert!(
+            matches!(c, Err(HandshakeError::Refused(_))),
+            "the client is told: {c:?}"
+        );
+    }
+
+    #[test]
+    fn a_replayed_client_transcript_is_refused() {
+        let seen = NonceCache::new(16);
+        let k = secret("a shared secret of 32 bytes!!!!!");
+        let (c, s, recorded) = session(&k, &k, &seen);
+        assert!(c.is_ok() && s.is_ok());
+        // Same nonce again: refused at HELLO by the cache.
+        let mut replay = Script {
+            input: Cursor::new(recorded.clone()),
+            output: Vec::new(),
+        };
+        let r = server(&mut replay, &k, &seen, |_| Ok((server_offer(), 0u32)));
+        assert!(matches!(r, Err(HandshakeError::Replay)), "{r:?}");
+        assert_eq!(replay.output, vec![T_REFUSED, 0, 1, 2]);
+        // A server that forgot the nonce still refuses: its fresh challenge breaks the MAC.
+        let fresh = NonceCache::new(16);
+        let mut replay = Script {
+            input: Cursor::new(recorded),
+            output: Vec::new(),
+        };
+        let r = server(&mut replay, &k, &fresh, |_| Ok((server_offer(), 0u32)));
+        assert!(matches!(r, Err(HandshakeError::BadMac)), "{r:?}");
+        // Nothing but the challenge and the refusal went out: no offer, no rkey.
+        assert_eq!(replay.output.len(), 3 + NONCE_LEN + 4);
+        assert_eq!(replay.output[0], T_CHALLENGE);
+        assert_eq!(
+            &replay.output[replay.output.len() - 4..],
+            &[T_REFUSED, 0, 1, 1]
+        );
+    }
+
+    #[test]
+    fn truncated_and_garbage_frames_are_refused_without_panicking() {
+        let k = secret("a shared secret of 32 bytes!!!!!");
+        let mut hello = vec![T_HELLO, 0, 21];
+        hello.extend_from_slice(MAGIC);
+        hello.push(VERSION);
+        hello.extend_from_slice(&[9u8; 16]);
+        let cases: Vec<Vec<u8>> = vec![
+            vec![],
+            vec![T_HELLO],
+            vec![T_HELLO, 0, 21, b'R', b'D'],
+            vec![T_HELLO, 0xff, 0xff],
+            vec![T_CLIENT_OFFER, 0, 0],
+            {
+                let mut v = hello.clone();
+                v[3] = b'X';
+                v
+            },
+            {
+                let mut v = hello.clone();
+                v[7] = 99;
+                v
+            },
+            // A good hello followed by a garbage offer frame of the wrong size.
+            {
+                let mut v = hello.clone();
+                v.extend_from_slice(&[T_CLIENT_OFFER, 0, 5, 1, 2, 3, 4, 5]);
+                v
+            },
+            (0..=255u8).cycle().take(600).collect(),
+        ];
+        for (i, input) in cases.into_iter().enumerate() {
+            let seen = NonceCache::new(16);
+            let mut s = Script {
+                input: Cursor::new(input),
+                output: Vec::new(),
+            };
+            let r = server(&mut s, &k, &seen, |_| Ok((server_offer(), 0u32)));
+            let e = r.expect_err(&format!("case {i} must be refused"));
+            assert_eq!(e.reason(), "malformed", "case {i}: {e}");
+        }
+        // A client fed garbage instead of a challenge fails cleanly too.
+        let mut s = Script {
+            input: Cursor::new(vec![T_CHALLENGE, 0, 3, 1, 2, 3]),
+            output: Vec::new(),
+        };
+        assert!(matches!(
+            client(&mut s, &k, &client_offer()),
+            Err(HandshakeError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn offers_round_trip_and_bad_ones_are_rejected() {
+        let o = server_offer();
+        assert_eq!(Offer::decode(&o.encode()).unwrap(), o);
+        let c = client_offer();
+        assert_eq!(Offer::decode(&c.encode()).unwrap(), c);
+        let mut bad = o.encode();
+        bad[27] = 7;
+        assert!(Offer::decode(&bad).is_err());
+        let mut bad = o.encode();
+        bad[26] = 0;
+        assert!(Offer::decode(&bad).is_err());
+        assert!(Offer::decode(&bad[..10]).is_err());
+        // Debug output of an offer hides the rkey and address.
+        let dbg = format!("{o:?}");
+        assert!(!dbg.contains("43981") && !dbg.contains("abcd"), "{dbg}");
+    }
+
+    #[test]
+    fn the_nonce_cache_is_bounded() {
+        let c = NonceCache::new(2);
+        assert!(c.insert([1; 16]));
+        assert!(!c.insert([1; 16]));
+        assert!(c.insert([2; 16]));
+        assert!(c.insert([3; 16]));
+        // [1] was forgotten (capacity 2).
+        assert!(c.insert([1; 16]));
+        assert_ne!(fresh_nonce().unwrap(), fresh_nonce().unwrap());
+    }
+
+    #[test]
+    fn secrets_are_checked_and_hidden() {
+        assert!(Secret::new(b"short").is_err());
+        let s = secret("0123456789abcdef");
+        assert_eq!(format!("{s:?}"), "Secret(16 bytes)");
+        let dir = std::env::temp_dir().join(format!("rdma-probe-secret-{}", std::process::id()));
+        std::fs::write(&dir, b"0123456789abcdef\n").unwrap();
+        let f = Secret::from_file(&dir).unwrap();
+        assert_eq!(&*f.0, b"0123456789abcdef");
+        std::fs::remove_file(&dir).unwrap();
+    }
+}

@@ -1,0 +1,460 @@
+//! Peer probes (pingmesh): a [`PeerServer`] accepts authenticated TCP handshakes and gives
+//! each client its own responder QP and MR; a [`PeerConn`] is the client end, probing the
+//! peer with one-sided RDMA READs (or WRITEs timed to their completion).
+//!
+//! One-sided operations need no CPU on the peer, so the latency is the network's and the
+//! remote NIC's, not the remote scheduler's; a dead peer shows as `RETRY_EXC_ERR`. The TCP
+//! connection stays open as a lease: when it closes, the server destroys that client's QP
+//! and MR, and the client sees `PEER_CLOSED`. The device and GID of each end are found from
+//! the TCP connection's local address (the RoCE v2 GID `::ffff:a.b.c.d` of that address)
+//! unless a device is configured.
+use crate::clock::Clock;
+use crate::cpu::CpuMeter;
+use crate::failure::{FailureKind, ProbeFailure};
+use crate::handshake::{self, NonceCache, Offer, Secret};
+use crate::rc::{one_sided, Limits, PortInfo, ProbeOp, Side};
+use rdma_verbs::{Context, GidType, Mtu, ProtectionDomain, RemoteBuffer, RtsParams};
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Largest message a peer probe may use: the responder's buffer size.
+pub const PEER_BUFFER: usize = 4096;
+/// Concurrent clients a server accepts.
+pub const MAX_CLIENTS: usize = 64;
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Handshake outcomes seen by a server (and its CPU time), shared with whoever reports them.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Handshakes accepted.
+    pub accepted: AtomicU64,
+    /// Handshakes refused, by reason (`bad_mac`, `replay`, `malformed`, `io`, `busy`, ...).
+    pub refused: Mutex<BTreeMap<String, u64>>,
+    /// Clients connected now.
+    pub active: AtomicUsize,
+    /// CPU nanoseconds used by the server's threads.
+    pub cpu_ns: AtomicU64,
+}
+
+impl ServerStats {
+    fn refuse(&self, reason: &str) {
+        let mut m = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        *m.entry(reason.to_string()).or_insert(0) += 1;
+    }
+
+    /// Refusals so far, by reason.
+    pub fn refused(&self) -> BTreeMap<String, u64> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Open `device` (or the device owning `ip`'s RoCE v2 GID) and pick its port and GID.
+fn local_port(
+    device: Option<&str>,
+    gid_index: Option<u8>,
+    ip: IpAddr,
+) -> Result<(Arc<Context>, PortInfo), ProbeFailure> {
+    if let Some(name) = device {
+        let ctx =
+            rdma_verbs::open(name).map_err(|e| ProbeFailure::setup(&format!("open {name}"), e))?;
+        let port = PortInfo::query(&ctx, 1, gid_index)?;
+        return Ok((ctx, port));
+    }
+    let want = match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    let list = rdma_verbs::devices().map_err(|e| ProbeFailure::setup("list devices", e))?;
+    for d in list {
+        let Ok(ctx) = rdma_verbs::open(&d.name) else {
+            continue;
+        };
+        let ports = ctx.query_device().map(|a| a.phys_port_cnt).unwrap_or(1);
+        for p in 1..=ports {
+            let Ok(table) = ctx.gid_table(p) else {
+                continue;
+            };
+            let hit = table
+                .iter()
+                .filter(|g| g.gid == want)
+                .max_by_key(|g| g.gid_type == GidType::RoceV2);
+            if let Some(g) = hit {
+                let index = u8::try_from(g.index).ok();
+                let port = PortInfo::query(&ctx, p, gid_index.or(index))?;
+                return Ok((ctx, port));
+            }
+        }
+    }
+    Err(ProbeFailure::new(
+        FailureKind::NoDevice,
+        format!("no RDMA device has a GID for {ip}"),
+    ))
+}
+
+fn random_psn() -> u32 {
+    handshake::fresh_nonce()
+        .map(|n| u32::from_be_bytes([0, n[0], n[1], n[2]]))
+        .unwrap_or(0x4242)
+}
+
+fn min_mtu(ours: Mtu, theirs: u8) -> Mtu {
+    let t = Mtu::from_raw(u32::from(theirs));
+    match (ours.bytes(), t.bytes()) {
+        (Some(a), Some(b)) if b < a => t,
+        _ => ours,
+    }
+}
+
+/// RTS parameters for peers: a dead peer is declared after ~4 x 67 ms, not ~0.5 s.
+fn peer_rts() -> RtsParams {
+    RtsParams {
+        timeout: 14,
+        retry_cnt: 3,
+        ..RtsParams::default()
+    }
+}
+
+/// A client's responder: QP and MR, alive while the client's TCP connection is.
+struct Responder {
+    _side: Side,
+    _pd: Arc<ProtectionDomain>,
+    _ctx: Arc<Context>,
+}
+
+/// Accepts peer handshakes on a TCP address until dropped or stopped.
+pub struct PeerServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    local: SocketAddr,
+}
+
+impl std::fmt::Debug for PeerServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerServer")
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
+impl PeerServer {
+    /// Listen on `addr`; responders use `device` (or the device of the address a client
+    /// reached us on).
+    pub fn start(
+        addr: SocketAddr,
+        secret: Secret,
+        device: Option<String>,
+        gid_index: Option<u8>,
+        stats: Arc<ServerStats>,
+    ) -> io::Result<PeerServer> {
+        let listener = TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let local = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("rdma-probe-listen".into())
+            .spawn(move || {
+                accept_loop(listener, secret, device, gid_index, stats, stop2);
+            })?;
+        Ok(PeerServer {
+            stop,
+            thread: Some(thread),
+            local,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+}
+
+impl Drop for PeerServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    secret: Secret,
+    device: Option<String>,
+    gid_index: Option<u8>,
+    stats: Arc<ServerStats>,
+    stop: Arc<AtomicBool>,
+) {
+    let seen = Arc::new(NonceCache::new(4096));
+    let mut meter = CpuMeter::start();
+    let mut clients: Vec<JoinHandle<()>> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                clients.retain(|h| !h.is_finished());
+                if clients.len() >= MAX_CLIENTS {
+                    stats.refuse("busy");
+                    drop(stream);
+                    continue;
+                }
+                let (secret, device, client_stats, stop, seen) = (
+                    secret.clone(),
+                    device.clone(),
+                    Arc::clone(&stats),
+                    Arc::clone(&stop),
+                    Arc::clone(&seen),
+                );
+                let spawned = std::thread::Builder::new()
+                    .name("rdma-probe-client".into())
+                    .spawn(move || {
+                        serve_client(
+                            stream,
+                            &secret,
+                            device.as_deref(),
+                            gid_index,
+                            &client_stats,
+                            &stop,
+                            &seen,
+                        )
+                    });
+                match spawned {
+                    Ok(h) => clients.push(h),
+                    Err(_) => stats.refuse("busy"),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                meter.flush(&stats.cpu_ns);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+    for h in clients {
+        let _ = h.join();
+    }
+    meter.flush(&stats.cpu_ns);
+}
+
+fn serve_client(
+    mut stream: TcpStream,
+    secret: &Secret,
+    device: Option<&str>,
+    gid_index: Option<u8>,
+    stats: &ServerStats,
+    stop: &AtomicBool,
+    seen: &NonceCache,
+) {
+    let mut meter = CpuMeter::start();
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT));
+    let _ = stream.set_nodelay(true);
+    let local_ip = stream
+        .local_addr()
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    let outcome = handshake::server(&mut stream, secret, seen, |theirs: &Offer| {
+        let (ctx, mut port) = local_port(device, gid_index, local_ip).map_err(|f| f.to_string())?;
+        port.mtu = min_mtu(port.mtu, theirs.mtu);
+        let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
+        let side = Side::new(&ctx, &pd, PEER_BUFFER, random_psn()).map_err(|f| f.to_string())?;
+        side.connect(&port, theirs.endpoint, peer_rts())
+            .map_err(|f| f.to_string())?;
+        let ours = Offer {
+            endpoint: side.endpoint(&port),
+            mtu: port.mtu.raw() as u8,
+            buffer: Some(side.remote()),
+        };
+        Ok((
+            ours,
+            Responder {
+                _side: side,
+                _pd: pd,
+                _ctx: ctx,
+            },
+        ))
+    });
+    let responder = match outcome {
+        Ok((_, r)) => r,
+        Err(e) => {
+            stats.refuse(e.reason());
+            tracing::info!(reason = e.reason(), "peer handshake refused: {e}");
+            meter.flush(&stats.cpu_ns);
+            return;
+        }
+    };
+    stats.accepted.fetch_add(1, Ordering::Relaxed);
+    stats.active.fetch_add(1, Ordering::Relaxed);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 16];
+    while !stop.load(Ordering::Relaxed) {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    drop(responder);
+    stats.active.fetch_sub(1, Ordering::Relaxed);
+    meter.flush(&stats.cpu_ns);
+}
+
+/// The client end of a peer probe.
+pub struct PeerConn {
+    // Field order: the side (QP, MR) drops before its PD and device.
+    side: Side,
+    _pd: Arc<ProtectionDomain>,
+    ctx: Arc<Context>,
+    port: PortInfo,
+    remote: RemoteBuffer,
+    stream: TcpStream,
+    size: usize,
+}
+
+impl std::fmt::Debug for PeerConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerConn")
+            .field("device", &self.ctx.name())
+            .field("peer", &self.stream.peer_addr().ok())
+            .finish()
+    }
+}
+
+impl PeerConn {
+    /// Connect to the engine at `addr` (`HOST:PORT`), authenticate, and connect an RC QP
+    /// from `device` (or the device owning the TCP connection's local address).
+    pub fn connect(
+        addr: &str,
+        secret: &Secret,
+        device: Option<&str>,
+        gid_index: Option<u8>,
+        size: usize,
+    ) -> Result<PeerConn, ProbeFailure> {
+        if size == 0 || size > PEER_BUFFER {
+            return Err(ProbeFailure::new(
+                FailureKind::Setup,
+                format!("peer probes use 1..={PEER_BUFFER} byte messages, not {size}"),
+            ));
+        }
+        let connect_err =
+            |e: String| ProbeFailure::new(FailureKind::Connect, format!("{addr}: {e}"));
+        let target = addr
+            .to_socket_addrs()
+            .map_err(|e| connect_err(e.to_string()))?
+            .next()
+            .ok_or_else(|| connect_err("no address".into()))?;
+        let mut stream = TcpStream::connect_timeout(&target, HANDSHAKE_TIMEOUT)
+            .map_err(|e| connect_err(e.to_string()))?;
+        let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT));
+        let _ = stream.set_nodelay(true);
+        let local_ip = stream
+            .local_addr()
+            .map_err(|e| connect_err(e.to_string()))?
+            .ip();
+        let (ctx, mut port) = local_port(device, gid_index, local_ip)?;
+        let pd = ctx
+            .alloc_pd()
+            .map_err(|e| ProbeFailure::setup("alloc_pd", e))?;
+        let side = Side::new(&ctx, &pd, size, random_psn())?;
+        let ours = Offer {
+            endpoint: side.endpoint(&port),
+            mtu: port.mtu.raw() as u8,
+            buffer: None,
+        };
+        let theirs = handshake::client(&mut stream, secret, &ours)
+            .map_err(|e| ProbeFailure::new(FailureKind::Handshake, format!("{addr}: {e}")))?;
+        let remote = theirs
+            .buffer
+            .filter(|b| b.len >= size as u64)
+            .ok_or_else(|| {
+                ProbeFailure::new(
+                    FailureKind::Handshake,
+                    format!("{addr}: the peer offered no buffer of {size} bytes"),
+                )
+            })?;
+        port.mtu = min_mtu(port.mtu, theirs.mtu);
+        side.connect(&port, theirs.endpoint, peer_rts())?;
+        Ok(PeerConn {
+            side,
+            _pd: pd,
+            ctx,
+            port,
+            remote,
+            stream,
+            size,
+        })
+    }
+
+    /// The local device.
+    pub fn device(&self) -> &str {
+        self.ctx.name()
+    }
+
+    /// The local GID index.
+    pub fn gid_index(&self) -> u32 {
+        self.port.gid.index
+    }
+
+    /// The message size.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// False once the peer closed the control connection.
+    pub fn alive(&self) -> bool {
+        if self.stream.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut b = [0u8; 1];
+        let alive = match self.stream.peek(&mut b) {
+            Ok(0) => false,
+            Ok(_) => true,
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+        };
+        let _ = self.stream.set_nonblocking(false);
+        alive
+    }
+
+    /// One run: READ (or WRITE) round trips in nanoseconds.
+    pub fn run(
+        &self,
+        op: ProbeOp,
+        warmup: u64,
+        iterations: u64,
+        clock: &Clock,
+        timeout: Duration,
+    ) -> Result<Vec<f64>, ProbeFailure> {
+        if op == ProbeOp::Send {
+            return Err(ProbeFailure::new(
+                FailureKind::Setup,
+                "peer probes are one-sided: use read or write",
+            ));
+        }
+        if !self.alive() {
+            return Err(ProbeFailure::new(
+                FailureKind::PeerClosed,
+                "the peer closed the control connection",
+            ));
+        }
+        let abort = AtomicBool::new(false);
+        let limits = Limits::new(&abort, Instant::now() + timeout, clock);
+        let mut remote = self.remote;
+        remote.len = self.size as u64;
+        one_sided(&self.side, remote, op, warmup, iterations, clock, &limits)
+    }
+}
