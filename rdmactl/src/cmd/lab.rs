@@ -534,7 +534,7 @@ fn test(a: TestArgs) -> Result<ExitCode> {
         files.push((b.path.clone(), guest.clone()));
         let extra: Vec<String> = a.test_args.iter().map(|s| vm::shell_quote(s)).collect();
         script.push_str(&format!(
-            "echo '=== live suite: {name}'\n{guest} --test-threads=1 {extra} || fail=1\n",
+            "echo '=== live suite: {name}'\n{guest} --test-threads=1 --color never {extra} || fail=1\n",
             name = b.name,
             extra = extra.join(" ")
         ));
