@@ -12,6 +12,7 @@ use clap::builder::BoolishValueParser;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
+use crate::collector::probes::{self, ProbeSettings};
 use crate::collector::TABLE;
 use crate::config::{self, FileConfig};
 
@@ -74,6 +75,85 @@ pub struct Flags {
         value_name = "BOOL"
     )]
     pub disable_defaults: bool,
+    /// Run the active probe engine (needs a build with the `verbs` feature) and enable the
+    /// probes collector.
+    #[arg(
+        long = "probe.enable",
+        env = "RDMAD_PROBE_ENABLE",
+        value_parser = BoolishValueParser::new(),
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub probe_enable: Option<bool>,
+    /// Time between probe rounds: seconds, or with a unit (500ms, 10s) [default: 10s].
+    #[arg(
+        long = "probe.interval",
+        env = "RDMAD_PROBE_INTERVAL",
+        value_parser = probes::parse_interval,
+        value_name = "DURATION"
+    )]
+    pub probe_interval_ms: Option<u64>,
+    /// Probe message size, bytes [default: 64].
+    #[arg(
+        long = "probe.size",
+        env = "RDMAD_PROBE_SIZE",
+        value_parser = probes::parse_size,
+        value_name = "BYTES"
+    )]
+    pub probe_size: Option<usize>,
+    /// Timed exchanges per operation per round [default: 100].
+    #[arg(
+        long = "probe.iterations",
+        env = "RDMAD_PROBE_ITERATIONS",
+        value_parser = clap::value_parser!(u64).range(1..),
+        value_name = "N"
+    )]
+    pub probe_iterations: Option<u64>,
+    /// Devices to probe in loopback, comma-separated [default: every device with an active
+    /// port].
+    #[arg(
+        long = "probe.devices",
+        env = "RDMAD_PROBE_DEVICES",
+        value_delimiter = ',',
+        value_name = "DEVICES"
+    )]
+    pub probe_devices: Option<Vec<String>>,
+    /// MR sizes whose registration is timed, comma-separated (4K, 1M, ...; "" for none)
+    /// [default: 4K,64K,1M,16M,64M].
+    #[arg(
+        long = "probe.mr-sizes",
+        env = "RDMAD_PROBE_MR_SIZES",
+        value_delimiter = ',',
+        value_name = "SIZES"
+    )]
+    pub probe_mr_sizes: Option<Vec<String>>,
+    /// Accept peer probes here: HOST:PORT or :PORT (needs --probe.secret-file).
+    #[arg(
+        long = "probe.listen",
+        env = "RDMAD_PROBE_LISTEN",
+        value_parser = probes::parse_listen,
+        value_name = "ADDR"
+    )]
+    pub probe_listen: Option<std::net::SocketAddr>,
+    /// A peer to probe, HOST:PORT of its --probe.listen; repeatable (comma-separated in the
+    /// environment; needs --probe.secret-file).
+    #[arg(
+        long = "probe.peer",
+        env = "RDMAD_PROBE_PEER",
+        value_delimiter = ',',
+        action = ArgAction::Append,
+        value_name = "HOST:PORT"
+    )]
+    pub probe_peers: Option<Vec<String>>,
+    /// File holding the shared secret of the peer handshake (never logged).
+    #[arg(
+        long = "probe.secret-file",
+        env = "RDMAD_PROBE_SECRET_FILE",
+        value_name = "FILE"
+    )]
+    pub probe_secret_file: Option<PathBuf>,
     /// A TOML file with the same settings as the flags (keys are flag names); flags and
     /// RDMAD_* variables override it.
     #[arg(long = "config", env = "RDMAD_CONFIG", value_name = "FILE")]
@@ -98,6 +178,8 @@ pub struct Settings {
     pub device_exclude: Option<String>,
     /// Enabled collectors, in table order.
     pub collectors: Vec<&'static str>,
+    /// `--probe.*`.
+    pub probe: ProbeSettings,
     /// `--once`.
     pub once: bool,
 }
@@ -201,6 +283,7 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
     } else {
         file.disable_defaults.unwrap_or(flags.disable_defaults)
     };
+    let probe = resolve_probe(&flags, &file.probe)?;
     let mut collectors = Vec::new();
     for spec in TABLE {
         let (on, off) = (enable_id(spec.name), disable_id(spec.name));
@@ -224,6 +307,8 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
             }
             (None, Some(_)) => false,
             _ if explicit(matches, &on) => matches.get_one::<bool>(&on).copied().unwrap_or(true),
+            // `--probe.enable` turns the probes collector on.
+            _ if spec.name == probes::SPEC.name && probe.enable => from_file.unwrap_or(true),
             _ => from_file.unwrap_or(spec.default_enabled && !disable_defaults),
         };
         if enabled {
@@ -247,8 +332,63 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
         )
         .filter(|s| !s.is_empty()),
         collectors,
+        probe,
         once: flags.once,
     })
+}
+
+/// The `--probe.*` settings: flag or environment, else the `[probe]` table, else the default.
+fn resolve_probe(flags: &Flags, file: &config::ProbeFile) -> Result<ProbeSettings> {
+    let default = ProbeSettings::default();
+    let mr_sizes = match &flags.probe_mr_sizes {
+        Some(sizes) => sizes
+            .iter()
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| probes::parse_size(s).map_err(|e| anyhow::anyhow!("--probe.mr-sizes: {e}")))
+            .collect::<Result<Vec<usize>>>()?,
+        None => file.mr_sizes.clone().unwrap_or(default.mr_sizes),
+    };
+    let settings = ProbeSettings {
+        enable: flags.probe_enable.or(file.enable).unwrap_or(default.enable),
+        interval_ms: flags
+            .probe_interval_ms
+            .or(file.interval_ms)
+            .unwrap_or(default.interval_ms),
+        size: flags.probe_size.or(file.size).unwrap_or(default.size),
+        iterations: flags
+            .probe_iterations
+            .or(file.iterations)
+            .unwrap_or(default.iterations),
+        devices: flags
+            .probe_devices
+            .clone()
+            .or_else(|| file.devices.clone())
+            .unwrap_or(default.devices)
+            .into_iter()
+            .filter(|d| !d.trim().is_empty())
+            .collect(),
+        mr_sizes,
+        listen: flags.probe_listen.or(file.listen),
+        peers: flags
+            .probe_peers
+            .clone()
+            .or_else(|| file.peers.clone())
+            .unwrap_or(default.peers)
+            .into_iter()
+            .filter(|p| !p.trim().is_empty())
+            .collect(),
+        secret_file: flags
+            .probe_secret_file
+            .clone()
+            .or_else(|| file.secret_file.clone()),
+    };
+    if settings.enable
+        && (settings.listen.is_some() || !settings.peers.is_empty())
+        && settings.secret_file.is_none()
+    {
+        anyhow::bail!("--probe.listen and --probe.peer need --probe.secret-file");
+    }
+    Ok(settings)
 }
 
 /// Parse `args` (including the program name) into settings; for tests and `main`.
@@ -304,11 +444,25 @@ mod tests {
         assert!(!s.once);
     }
 
+    /// How many collectors run when no flag names any (some are off by default).
+    fn default_count() -> usize {
+        TABLE.iter().filter(|s| s.default_enabled).count()
+    }
+
+    #[test]
+    fn some_collectors_are_off_by_default() {
+        let s = settings(&[]);
+        assert!(!s.collectors.contains(&"trace"), "{:?}", s.collectors);
+        assert!(settings(&["--collector.trace"])
+            .collectors
+            .contains(&"trace"));
+    }
+
     #[test]
     fn collector_flags_from_the_table() {
         let s = settings(&["--no-collector.sysfs_counters"]);
         assert!(!s.collectors.contains(&"sysfs_counters"));
-        assert_eq!(s.collectors.len(), TABLE.len() - 1);
+        assert_eq!(s.collectors.len(), default_count() - 1);
         let s = settings(&["--collector.disable-defaults", "--collector.sysfs_counters"]);
         assert_eq!(s.collectors, vec!["sysfs_counters"]);
         let only_info = |args: &[&str]| {
@@ -327,7 +481,90 @@ mod tests {
         );
         let s = settings(&["--collector.sysfs_info=false"]);
         assert!(!s.collectors.contains(&"sysfs_info"));
-        assert_eq!(s.collectors.len(), TABLE.len() - 1);
+        assert_eq!(s.collectors.len(), default_count() - 1);
+    }
+
+    #[test]
+    fn probe_flags() {
+        let s = settings(&[]);
+        assert_eq!(s.probe, ProbeSettings::default());
+        assert!(!s.probe.enable);
+        assert!(!s.collectors.contains(&"probes"), "{:?}", s.collectors);
+        let s = settings(&[
+            "--probe.enable",
+            "--probe.interval",
+            "1",
+            "--probe.size",
+            "128",
+            "--probe.iterations",
+            "20",
+            "--probe.devices",
+            "rxe0,rxe_a",
+            "--probe.mr-sizes",
+            "4K,1M",
+            "--probe.listen",
+            ":9737",
+            "--probe.peer",
+            "10.0.0.2:9737",
+            "--probe.peer=10.0.0.3:9737",
+            "--probe.secret-file",
+            "/etc/rdmad/probe.secret",
+        ]);
+        assert!(s.probe.enable);
+        assert!(
+            s.collectors.contains(&"probes"),
+            "enable turns the collector on"
+        );
+        assert_eq!(s.probe.interval_ms, 1000);
+        assert_eq!(s.probe.size, 128);
+        assert_eq!(s.probe.iterations, 20);
+        assert_eq!(s.probe.devices, vec!["rxe0", "rxe_a"]);
+        assert_eq!(s.probe.mr_sizes, vec![4096, 1 << 20]);
+        assert_eq!(s.probe.listen.map(|a| a.port()), Some(9737));
+        assert_eq!(s.probe.peers, vec!["10.0.0.2:9737", "10.0.0.3:9737"]);
+        assert_eq!(
+            s.probe.secret_file,
+            Some(PathBuf::from("/etc/rdmad/probe.secret"))
+        );
+        let s = settings(&["--probe.enable", "--no-collector.probes"]);
+        assert!(s.probe.enable);
+        assert!(!s.collectors.contains(&"probes"));
+        assert!(settings(&["--probe.mr-sizes="]).probe.mr_sizes.is_empty());
+        let Err(ParseFailure::Invalid(e)) =
+            parse_from(["rdmad", "--probe.enable", "--probe.peer", "h:1"])
+        else {
+            panic!("a peer without a secret must be refused");
+        };
+        assert!(e.to_string().contains("--probe.secret-file"), "{e}");
+        assert!(matches!(
+            parse_from(["rdmad", "--probe.interval", "soon"]),
+            Err(ParseFailure::Usage(_))
+        ));
+    }
+
+    #[test]
+    fn probe_file_and_flag_precedence() {
+        let dir = std::env::temp_dir().join(format!("rdmad-cli-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rdmad.toml");
+        std::fs::write(
+            &file,
+            "[probe]\nenable = true\ninterval = 3\nsize = 256\ndevices = [\"rxe_b\"]\n",
+        )
+        .unwrap();
+        let f = file.to_str().unwrap();
+        let s = settings(&["--config", f]);
+        assert!(s.probe.enable);
+        assert!(s.collectors.contains(&"probes"));
+        assert_eq!(s.probe.interval_ms, 3000);
+        assert_eq!(s.probe.size, 256);
+        assert_eq!(s.probe.devices, vec!["rxe_b"]);
+        let s = settings(&["--config", f, "--probe.size", "64", "--probe.enable=false"]);
+        assert_eq!(s.probe.size, 64, "the flag wins");
+        assert_eq!(s.probe.interval_ms, 3000, "the file still applies");
+        assert!(!s.probe.enable);
+        assert!(!s.collectors.contains(&"probes"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -366,7 +603,7 @@ mod tests {
         ]);
         assert_eq!(s.sysfs, PathBuf::from("/from/flag"));
         assert_eq!(s.listen_address, "127.0.0.1:1");
-        assert_eq!(s.collectors.len(), TABLE.len());
+        assert_eq!(s.collectors.len(), default_count());
         assert_eq!(
             s.device_exclude, None,
             "an empty flag clears the file's pattern"

@@ -40,7 +40,45 @@ pub struct FileConfig {
     pub disable_defaults: Option<bool>,
     /// `collector.<name>` for each collector the file mentions, in file order.
     pub collectors: Vec<(&'static str, bool)>,
+    /// The `[probe]` table.
+    pub probe: ProbeFile,
 }
+
+/// The `[probe]` table: the `--probe.*` flags without their prefix.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbeFile {
+    /// `probe.enable`.
+    pub enable: Option<bool>,
+    /// `probe.interval` (seconds, or a string with a unit), milliseconds.
+    pub interval_ms: Option<u64>,
+    /// `probe.size` (bytes, or a string with a unit).
+    pub size: Option<usize>,
+    /// `probe.iterations`.
+    pub iterations: Option<u64>,
+    /// `probe.devices`, an array of device names.
+    pub devices: Option<Vec<String>>,
+    /// `probe.mr-sizes`, an array of sizes.
+    pub mr_sizes: Option<Vec<usize>>,
+    /// `probe.listen`.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `probe.peer`, an array of `HOST:PORT`.
+    pub peers: Option<Vec<String>>,
+    /// `probe.secret-file`.
+    pub secret_file: Option<PathBuf>,
+}
+
+/// The keys of the `[probe]` table.
+const PROBE_KEYS: &[&str] = &[
+    "enable",
+    "interval",
+    "size",
+    "iterations",
+    "devices",
+    "mr-sizes",
+    "listen",
+    "peer",
+    "secret-file",
+];
 
 /// Every key the file accepts, for error messages.
 pub fn known_keys() -> Vec<String> {
@@ -56,6 +94,7 @@ pub fn known_keys() -> Vec<String> {
     .map(|s| s.to_string())
     .collect();
     keys.extend(TABLE.iter().map(|s| format!("collector.{}", s.name)));
+    keys.extend(PROBE_KEYS.iter().map(|k| format!("probe.{k}")));
     keys
 }
 
@@ -101,6 +140,7 @@ pub fn parse(text: &str) -> Result<FileConfig> {
                 ("collector", "disable-defaults") => {
                     config.disable_defaults = Some(boolean(&full, value)?)
                 }
+                ("probe", key) => probe_key(&mut config.probe, key, &full, value)?,
                 ("collector", name) => match TABLE.iter().find(|s| s.name == name) {
                     Some(spec) => config.collectors.push((spec.name, boolean(&full, value)?)),
                     None => return Err(unknown(&full)),
@@ -110,6 +150,61 @@ pub fn parse(text: &str) -> Result<FileConfig> {
         }
     }
     Ok(config)
+}
+
+fn probe_key(probe: &mut ProbeFile, key: &str, full: &str, value: &Value) -> Result<()> {
+    use crate::collector::probes::{parse_interval, parse_listen, parse_size};
+    // A number of seconds / bytes, or a string with a unit.
+    let text = |value: &Value| match value {
+        Value::Integer(n) => Some(n.to_string()),
+        Value::Float(f) => Some(f.to_string()),
+        Value::String(s) => Some(s.clone()),
+        _ => None,
+    };
+    let size = |value: &Value| -> Result<usize> {
+        let t = text(value)
+            .ok_or_else(|| anyhow!("`{full}` must be a size, not {}", value.type_str()))?;
+        parse_size(&t).map_err(|e| anyhow!("`{full}`: {e}"))
+    };
+    let strings = |value: &Value| -> Result<Vec<String>> {
+        value
+            .as_array()
+            .and_then(|a| a.iter().map(|v| v.as_str().map(str::to_owned)).collect())
+            .ok_or_else(|| anyhow!("`{full}` must be an array of strings"))
+    };
+    match key {
+        "enable" => probe.enable = Some(boolean(full, value)?),
+        "interval" => {
+            let t = text(value)
+                .ok_or_else(|| anyhow!("`{full}` must be seconds or a string like \"10s\""))?;
+            probe.interval_ms = Some(parse_interval(&t).map_err(|e| anyhow!("`{full}`: {e}"))?);
+        }
+        "size" => probe.size = Some(size(value)?),
+        "iterations" => {
+            probe.iterations = Some(
+                value
+                    .as_integer()
+                    .and_then(|n| u64::try_from(n).ok())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| anyhow!("`{full}` must be an integer of at least 1"))?,
+            )
+        }
+        "devices" => probe.devices = Some(strings(value)?),
+        "mr-sizes" => {
+            let sizes = value
+                .as_array()
+                .ok_or_else(|| anyhow!("`{full}` must be an array of sizes"))?;
+            probe.mr_sizes = Some(sizes.iter().map(size).collect::<Result<_>>()?);
+        }
+        "listen" => {
+            probe.listen =
+                Some(parse_listen(string(full, value)?).map_err(|e| anyhow!("`{full}`: {e}"))?)
+        }
+        "peer" => probe.peers = Some(strings(value)?),
+        "secret-file" => probe.secret_file = Some(PathBuf::from(string(full, value)?)),
+        _ => return Err(unknown(full)),
+    }
+    Ok(())
 }
 
 fn string<'v>(key: &str, value: &'v Value) -> Result<&'v str> {
@@ -167,6 +262,51 @@ sysfs_info = true
         assert_eq!(c.device_exclude.as_deref(), Some("mlx5_1"));
         assert_eq!(c.disable_defaults, Some(true));
         assert_eq!(c.collectors, vec![("sysfs_info", true)]);
+    }
+
+    #[test]
+    fn probe_table() {
+        let c = parse(
+            r#"
+[probe]
+enable = true
+interval = "500ms"
+size = "1K"
+iterations = 10
+devices = ["rxe0", "rxe_a"]
+mr-sizes = [4096, "1M"]
+listen = ":9737"
+peer = ["10.0.0.2:9737"]
+secret-file = "/etc/rdmad/probe.secret"
+"#,
+        )
+        .expect("valid");
+        let p = &c.probe;
+        assert_eq!(p.enable, Some(true));
+        assert_eq!(p.interval_ms, Some(500));
+        assert_eq!(p.size, Some(1024));
+        assert_eq!(p.iterations, Some(10));
+        assert_eq!(
+            p.devices.as_deref(),
+            Some(&["rxe0".to_string(), "rxe_a".to_string()][..])
+        );
+        assert_eq!(p.mr_sizes, Some(vec![4096, 1 << 20]));
+        assert_eq!(p.listen.map(|a| a.port()), Some(9737));
+        assert_eq!(p.peers, Some(vec!["10.0.0.2:9737".to_string()]));
+        assert_eq!(
+            p.secret_file,
+            Some(PathBuf::from("/etc/rdmad/probe.secret"))
+        );
+        assert_eq!(
+            parse("probe.interval = 2\n").unwrap().probe.interval_ms,
+            Some(2000)
+        );
+        let err = parse("[probe]\nintervall = 1\n").unwrap_err().to_string();
+        assert!(err.contains("did you mean `probe.interval`"), "{err}");
+        let err = parse("[probe]\niterations = 0\n").unwrap_err().to_string();
+        assert!(err.contains("`probe.iterations`"), "{err}");
+        let err = parse("[probe]\npeer = \"h:1\"\n").unwrap_err().to_string();
+        assert!(err.contains("`probe.peer` must be an array"), "{err}");
     }
 
     #[test]

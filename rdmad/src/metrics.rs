@@ -10,7 +10,9 @@
 //! OpenMetrics 1.0 text ([`Format::OpenMetrics`], with `# EOF`) or as the Prometheus text
 //! format 0.0.4 ([`Format::Text`], the default: no `# EOF`, counters' HELP/TYPE lines carry
 //! the `_total` name, info metrics become gauges named `*_info`). Counter families are named
-//! WITHOUT `_total` here; the encoders add it. [`negotiate`] picks the format from the
+//! WITHOUT `_total` here; the encoders add it. Histograms ([`Kind::Histogram`] with
+//! [`Value::Histogram`]) become `_bucket{le}` (cumulative, ending with `le="+Inf"`), `_sum`
+//! and `_count` series in both formats. [`negotiate`] picks the format from the
 //! request's `Accept` header the way Prometheus' own client libraries do.
 
 use std::collections::{BTreeMap, HashSet};
@@ -29,15 +31,31 @@ pub enum Kind {
     Gauge,
     /// Strings as labels on a constant 1; the family name has no `_info` (the encoder adds it).
     Info,
+    /// A distribution; its samples are [`Value::Histogram`] and nothing else.
+    Histogram,
 }
 
 /// A sample value.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     /// An exact unsigned integer (counters, most gauges).
     Int(u64),
     /// A float (durations, converted units).
     Float(f64),
+    /// A histogram (only in [`Kind::Histogram`] families).
+    Histogram(Histogram),
+}
+
+/// One histogram sample, in Prometheus terms.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Histogram {
+    /// `(upper bound, CUMULATIVE count)` pairs, bounds ascending; the `+Inf` bucket
+    /// (`count`) is added when encoding unless it is the last pair.
+    pub buckets: Vec<(f64, u64)>,
+    /// Number of observations.
+    pub count: u64,
+    /// Sum of observations.
+    pub sum: f64,
 }
 
 /// Label names are fixed by the code; values come from the system.
@@ -103,7 +121,8 @@ pub enum AddError {
         /// The family name.
         name: String,
     },
-    /// The family exists with another type.
+    /// The family exists with another type, or the value does not fit the type (a
+    /// histogram value outside a histogram family, or the reverse).
     KindMismatch {
         /// The family name.
         name: String,
@@ -115,7 +134,10 @@ impl std::fmt::Display for AddError {
         match self {
             AddError::Duplicate { name } => write!(f, "duplicate series in family {name}"),
             AddError::KindMismatch { name } => {
-                write!(f, "family {name} was already added with another type")
+                write!(
+                    f,
+                    "family {name} was already added with another type, or the value does not fit its type"
+                )
             }
         }
     }
@@ -144,6 +166,11 @@ impl MetricSet {
         labels: Labels,
         value: Value,
     ) -> Result<(), AddError> {
+        if matches!(value, Value::Histogram(_)) != (kind == Kind::Histogram) {
+            return Err(AddError::KindMismatch {
+                name: name.to_owned(),
+            });
+        }
         let family = match self.families.get_mut(name) {
             Some(family) => family,
             None => self.families.entry(name.to_owned()).or_insert(Family {
@@ -227,23 +254,47 @@ impl prometheus_client::collector::Collector for MetricSet {
                 Kind::Counter => MetricType::Counter,
                 Kind::Gauge => MetricType::Gauge,
                 Kind::Info => MetricType::Info,
+                Kind::Histogram => MetricType::Histogram,
             };
             let mut metric = encoder.encode_descriptor(name, &family.help, None, metric_type)?;
             for (labels, value) in &family.samples {
-                match (family.kind, *value) {
+                match (family.kind, value) {
                     (Kind::Info, _) => metric.encode_info(labels)?,
                     (Kind::Counter, Value::Int(v)) => metric
                         .encode_family(labels)?
-                        .encode_counter::<NoLabelSet, u64, u64>(&v, None)?,
+                        .encode_counter::<NoLabelSet, u64, u64>(v, None)?,
                     (Kind::Counter, Value::Float(v)) => metric
                         .encode_family(labels)?
-                        .encode_counter::<NoLabelSet, f64, f64>(&v, None)?,
+                        .encode_counter::<NoLabelSet, f64, f64>(v, None)?,
                     (Kind::Gauge, Value::Int(v)) => {
-                        metric.encode_family(labels)?.encode_gauge(&v)?
+                        metric.encode_family(labels)?.encode_gauge(v)?
                     }
                     (Kind::Gauge, Value::Float(v)) => {
-                        metric.encode_family(labels)?.encode_gauge(&v)?
+                        metric.encode_family(labels)?.encode_gauge(v)?
                     }
+                    (Kind::Histogram, Value::Histogram(h)) => {
+                        // prometheus-client takes per-bucket counts and accumulates them.
+                        let mut previous = 0;
+                        let mut per_bucket: Vec<(f64, u64)> = h
+                            .buckets
+                            .iter()
+                            .map(|&(le, cumulative)| {
+                                let n = cumulative.saturating_sub(previous);
+                                previous = cumulative;
+                                (le, n)
+                            })
+                            .collect();
+                        // The OpenMetrics encoder writes only the buckets it is given.
+                        if h.buckets.last().is_none_or(|(le, _)| *le != f64::INFINITY) {
+                            per_bucket.push((f64::INFINITY, h.count.saturating_sub(previous)));
+                        }
+                        metric
+                            .encode_family(labels)?
+                            .encode_histogram::<NoLabelSet>(h.sum, h.count, &per_bucket, None)?
+                    }
+                    // `add` refuses every other combination.
+                    (Kind::Counter | Kind::Gauge, Value::Histogram(_))
+                    | (Kind::Histogram, Value::Int(_) | Value::Float(_)) => {}
                 }
             }
         }
@@ -413,6 +464,60 @@ mod tests {
         assert!(matches!(mismatch, Err(AddError::KindMismatch { .. })));
         let text = set.encode(Format::Text);
         assert_eq!(text.matches("rdma_port_symbol_error_total{").count(), 1);
+    }
+
+    #[test]
+    fn histogram_values_only_in_histogram_families() {
+        let mut set = MetricSet::new();
+        let h = Histogram {
+            buckets: vec![(1.0, 1), (2.0, 3)],
+            count: 4,
+            sum: 9.5,
+        };
+        let as_gauge = set.add(
+            "rdma_g",
+            Kind::Gauge,
+            String::new,
+            vec![],
+            Value::Histogram(h.clone()),
+        );
+        assert!(matches!(as_gauge, Err(AddError::KindMismatch { .. })));
+        let int_in_histogram = set.add(
+            "rdma_h",
+            Kind::Histogram,
+            String::new,
+            vec![],
+            Value::Int(1),
+        );
+        assert!(matches!(
+            int_in_histogram,
+            Err(AddError::KindMismatch { .. })
+        ));
+        set.add(
+            "rdma_h",
+            Kind::Histogram,
+            || "h".into(),
+            vec![("device", "rxe0".into())],
+            Value::Histogram(h),
+        )
+        .unwrap();
+        let text = set.clone().encode(Format::Text);
+        assert!(text.contains("# TYPE rdma_h histogram\n"), "{text}");
+        assert!(
+            text.contains("rdma_h_bucket{device=\"rxe0\",le=\"2\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rdma_h_bucket{device=\"rxe0\",le=\"+Inf\"} 4\n"),
+            "{text}"
+        );
+        assert!(text.contains("rdma_h_count{device=\"rxe0\"} 4\n"), "{text}");
+        let om = set.encode(Format::OpenMetrics);
+        assert!(
+            om.contains("rdma_h_bucket{le=\"+Inf\",device=\"rxe0\"} 4\n"),
+            "{om}"
+        );
+        assert!(om.contains("rdma_h_sum{device=\"rxe0\"} 9.5\n"), "{om}");
     }
 
     #[test]

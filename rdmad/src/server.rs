@@ -45,6 +45,8 @@ pub struct Exporter {
     permits: Arc<Semaphore>,
     collecting: Arc<Semaphore>,
     filter: DeviceFilter,
+    /// The probe engine, running while the exporter lives (`--probe.enable`).
+    _probe_engine: crate::collector::probes::Engine,
 }
 
 impl Exporter {
@@ -59,12 +61,16 @@ impl Exporter {
         if let Err(e) = rdmakit::catalog::Catalog::embedded() {
             tracing::warn!("counter catalog unavailable, HELP texts will be generic: {e}");
         }
+        // `--probe.enable`: start the probe engine (an error without the `verbs` feature).
+        let (probe_engine, probes) = crate::collector::probes::start(&settings.probe)?;
         let config = CollectorConfig {
             sysfs: settings.sysfs.clone(),
             filter: filter.clone(),
             enabled: settings.collectors.clone(),
+            probes,
         };
         Ok(Exporter {
+            _probe_engine: probe_engine,
             collectors: Collectors::new(&config, &settings.collectors),
             permits: Arc::new(Semaphore::new(settings.max_requests)),
             collecting: Arc::new(Semaphore::new(
@@ -345,6 +351,7 @@ mod tests {
             device_include: None,
             device_exclude: None,
             collectors: vec!["sysfs_info"],
+            probe: Default::default(),
             once: false,
         };
         let exporter = Arc::new(Exporter::new(&settings).unwrap());

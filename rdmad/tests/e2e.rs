@@ -263,6 +263,34 @@ fn a_failing_collector_does_not_fail_the_scrape() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Without the `bpf` feature `--collector.trace` is not a startup failure: the reason is
+/// logged once, at startup, and the collector reports success 0 (no warning per scrape).
+#[cfg(not(feature = "bpf"))]
+#[test]
+fn trace_collector_without_bpf_reports_failure_once_and_serves() {
+    let dir = tempdir("trace");
+    let out = run(rdmad()
+        .args(["--once", "--collector.trace", "--path.sysfs"])
+        .arg(&dir)
+        .env("RDMAD_LOG", "info"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rdmad --once failed: {stderr}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("rdma_scrape_collector_success{collector=\"trace\"} 0\n"),
+        "{text}"
+    );
+    assert!(text.contains("rdma_scrape_collector_success{collector=\"sysfs_counters\"} 1\n"));
+    assert!(!text.contains("rdma_trace_"), "{text}");
+    assert_eq!(
+        stderr.matches("built without BPF support").count(),
+        1,
+        "the reason once: {stderr}"
+    );
+    assert!(!stderr.contains("collector failed"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn no_devices_is_not_an_error() {
     let dir = tempdir("empty");
@@ -381,6 +409,40 @@ fn usage_errors_exit_2_and_bad_patterns_exit_1() {
     let out = run(rdmad().args(["--once", "--collector.device-include", "mlx5_("]));
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("device-include"));
+}
+
+/// Without the `verbs` feature `--probe.enable` is refused at startup (exit 1), with the
+/// remedy; a secret file's content never appears in an error.
+#[cfg(not(feature = "verbs"))]
+#[test]
+fn probe_enable_without_verbs_exits_1() {
+    let out = run(rdmad().args(["--once", "--probe.enable"]));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("built without verbs support; cargo build-rdma"),
+        "{err}"
+    );
+    let out = run(rdmad().arg("--once").env("RDMAD_PROBE_ENABLE", "true"));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the env variable enables it too"
+    );
+    // Off (the default): no probe series, and the exposition is unchanged.
+    let root = workspace().join("tests/fixtures/sysfs/mlx5-roce");
+    let text = once(&root, &[]);
+    assert!(!text.contains("rdma_probe_"));
+    assert!(!text.contains("collector=\"probes\""));
+}
+
+/// A peer or listener without a secret file is a bad setting (exit 1), before anything starts.
+#[test]
+fn probe_peer_without_secret_exits_1() {
+    let out = run(rdmad().args(["--once", "--probe.enable", "--probe.peer", "10.0.0.2:9737"]));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--probe.secret-file"), "{err}");
 }
 
 #[test]

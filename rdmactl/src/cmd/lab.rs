@@ -184,7 +184,7 @@ const VM_BUILD: &[&str] = &[
     "-p",
     "rdmactl",
     "--features",
-    "rdmactl/verbs,rdmactl/bpf",
+    "rdmactl/verbs,rdmactl/bpf,rdmad/bpf,rdmad/verbs",
 ];
 
 /// "release" when this rdmactl is a release build, else "debug".

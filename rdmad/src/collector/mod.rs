@@ -18,8 +18,10 @@
 pub mod netlink_counters;
 pub mod netlink_qp_counters;
 pub mod netlink_resources;
+pub mod probes;
 pub mod sysfs_counters;
 pub mod sysfs_info;
+pub mod trace;
 
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -45,6 +47,19 @@ pub trait Collector: Send + Sync {
         self.update(out)
     }
 }
+
+/// A collector failure whose reason the collector logged itself, once (a tracer that cannot
+/// start): the scrape reports success 0 and logs it again only at debug level.
+#[derive(Debug)]
+pub struct Reported(pub String);
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Reported {}
 
 /// What the collectors of ONE scrape tell the ones after them (table order). Created empty
 /// for every scrape, so concurrent scrapes never see each other's facts.
@@ -99,6 +114,8 @@ pub struct CollectorConfig {
     pub filter: DeviceFilter,
     /// The enabled collectors (so that the sysfs collectors can share one read).
     pub enabled: Vec<&'static str>,
+    /// The probe engine's results (`--probe.enable`; empty otherwise).
+    pub probes: probes::ProbeSource,
 }
 
 impl CollectorConfig {
@@ -108,6 +125,7 @@ impl CollectorConfig {
             sysfs: sysfs.into(),
             filter,
             enabled: TABLE.iter().map(|s| s.name).collect(),
+            probes: probes::ProbeSource::default(),
         }
     }
 
@@ -164,6 +182,8 @@ pub const TABLE: &[CollectorSpec] = &[
     sysfs_counters::SPEC,
     netlink_qp_counters::SPEC,
     netlink_resources::SPEC,
+    trace::SPEC,
+    probes::SPEC,
 ];
 
 /// The spec called `name`.
@@ -210,6 +230,10 @@ impl Collectors {
                         tracing::warn!(collector = name, "{refused}");
                     }
                     true
+                }
+                Ok(Err(e)) if e.is::<Reported>() => {
+                    tracing::debug!(collector = name, "collector failed: {e:#}");
+                    false
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(collector = name, "collector failed: {e:#}");

@@ -1,0 +1,729 @@
+//! The `probes` collector: results of the active probe engine (crate `rdma-probe`, behind
+//! rdmad's `verbs` feature), read from the engine's shared handle on every scrape. The engine
+//! probes on its own interval in its own threads (started by `--probe.enable`); a scrape only
+//! copies its latest results, it never probes.
+//!
+//! - `rdma_probe_latency_seconds{device,port,op,kind,peer}`: histogram of every sample so far
+//!   (one-way for loopback send/write, round trip for read and peers); `kind` is `loopback`
+//!   or `peer`, `peer` is empty for loopback
+//! - `rdma_probe_latency_last_seconds{...,stat}`: perftest's summary of the last successful
+//!   run, stat = min|max|typical|avg|stdev|p99|p99_9
+//! - `rdma_probe_runs_total{...}`, `rdma_probe_failures_total{...,status}` (work-completion
+//!   status name such as `RETRY_EXC_ERR`, or `TIMEOUT`, `CONNECT_ERR`, ...),
+//!   `rdma_probe_up{...}`
+//! - `rdma_probe_mr_registration_seconds{device,size_bytes}` (histogram),
+//!   `rdma_probe_mr_registration_last_seconds`, `rdma_probe_mr_registration_failures_total`
+//! - `rdma_probe_peer_connected{peer}`, `rdma_probe_handshakes_accepted_total`,
+//!   `rdma_probe_handshakes_refused_total{reason}`, `rdma_probe_cpu_seconds_total`,
+//!   `rdma_probe_rounds_total`
+//!
+//! The mapping ([`emit`]) works on [`View`], plain data copied from the engine's snapshot, so
+//! it is tested without the `verbs` feature. The snapshot holds no key, rkey or address, and
+//! neither does the view, so none can reach a label.
+
+use std::collections::BTreeMap;
+
+use super::{Collector, CollectorConfig, CollectorSpec};
+use crate::metrics::{Histogram, Kind, Labels, MetricSet, Value};
+
+/// The table row. Off unless `--probe.enable` (which turns it on) or `--collector.probes`.
+pub const SPEC: CollectorSpec = CollectorSpec {
+    name: "probes",
+    help:
+        "active RDMA probes: loopback and peer latency, MR registration time (needs --probe.enable)",
+    default_enabled: false,
+    build,
+};
+
+fn build(config: &CollectorConfig) -> Box<dyn Collector> {
+    Box::new(Probes {
+        source: config.probes.clone(),
+    })
+}
+
+/// Where the collector reads probe results: the running engine's handle, or nothing.
+#[derive(Clone, Default)]
+pub struct ProbeSource {
+    #[cfg(feature = "verbs")]
+    handle: Option<rdma_probe::ProbeHandle>,
+}
+
+impl std::fmt::Debug for ProbeSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProbeSource")
+    }
+}
+
+/// The settings of the probe engine (`--probe.*`), resolved from flags, env and the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeSettings {
+    /// `--probe.enable`.
+    pub enable: bool,
+    /// `--probe.interval`, milliseconds.
+    pub interval_ms: u64,
+    /// `--probe.size`, bytes.
+    pub size: usize,
+    /// `--probe.iterations`.
+    pub iterations: u64,
+    /// `--probe.devices` (empty: every device with an active port).
+    pub devices: Vec<String>,
+    /// `--probe.mr-sizes`, bytes (empty: none).
+    pub mr_sizes: Vec<usize>,
+    /// `--probe.listen`.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `--probe.peer`, each `HOST:PORT`.
+    pub peers: Vec<String>,
+    /// `--probe.secret-file` (the secret itself is only read when the engine starts).
+    pub secret_file: Option<std::path::PathBuf>,
+}
+
+/// Defaults, the same as `rdma_probe::EngineConfig::default()`.
+pub const DEFAULT_INTERVAL_MS: u64 = 10_000;
+/// Default message size, bytes.
+pub const DEFAULT_SIZE: usize = 64;
+/// Default timed exchanges per operation per round.
+pub const DEFAULT_ITERATIONS: u64 = 100;
+/// Default MR sizes to time, bytes.
+pub const DEFAULT_MR_SIZES: &[usize] = &[4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20];
+
+impl Default for ProbeSettings {
+    fn default() -> ProbeSettings {
+        ProbeSettings {
+            enable: false,
+            interval_ms: DEFAULT_INTERVAL_MS,
+            size: DEFAULT_SIZE,
+            iterations: DEFAULT_ITERATIONS,
+            devices: Vec::new(),
+            mr_sizes: DEFAULT_MR_SIZES.to_vec(),
+            listen: None,
+            peers: Vec::new(),
+            secret_file: None,
+        }
+    }
+}
+
+/// `--probe.interval`: seconds (`1`, `0.5`), or with a unit (`500ms`, `10s`, `1m`); in ms.
+pub fn parse_interval(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (number, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1000.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60_000.0)
+    } else {
+        (t, 1000.0)
+    };
+    let ms = number
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .map(|v| v * scale)
+        .filter(|ms| ms.is_finite() && *ms >= 1.0 && *ms <= 86_400_000.0)
+        .ok_or_else(|| format!("`{text}` is not an interval (1ms to 24h: `1`, `500ms`, `10s`)"))?;
+    Ok(ms.round() as u64)
+}
+
+/// A size in bytes: `4096`, or with a binary unit (`4K`, `64M`, `1G`, `KiB`/`MiB`/`GiB`).
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let upper = t.to_ascii_uppercase();
+    let (number, shift) = [
+        ("KIB", 10),
+        ("MIB", 20),
+        ("GIB", 30),
+        ("K", 10),
+        ("M", 20),
+        ("G", 30),
+    ]
+    .iter()
+    .find_map(|(suffix, shift)| upper.strip_suffix(suffix).map(|n| (n.to_owned(), *shift)))
+    .unwrap_or((upper.clone(), 0));
+    number
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(1usize << shift))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{text}` is not a size in bytes (`4096`, `64K`, `1M`)"))
+}
+
+/// `--probe.listen`: `HOST:PORT`, or `:PORT` for every interface.
+pub fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_owned(),
+    };
+    full.parse()
+        .map_err(|_| format!("`{text}` is not an address (`HOST:PORT` or `:PORT`)"))
+}
+
+/// The running engine (kept alive by the exporter; dropping it stops the probes).
+#[derive(Default)]
+pub struct Engine {
+    #[cfg(feature = "verbs")]
+    _engine: Option<rdma_probe::ProbeEngine>,
+}
+
+/// Start the probe engine when `settings.enable`; the source for the collector.
+#[cfg(feature = "verbs")]
+pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> {
+    use anyhow::Context;
+    if !settings.enable {
+        return Ok((Engine::default(), ProbeSource::default()));
+    }
+    let secret = match &settings.secret_file {
+        // The error names the file, never its content.
+        Some(path) => Some(
+            rdma_probe::Secret::from_file(path)
+                .map_err(|e| anyhow::anyhow!("--probe.secret-file {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    let config = rdma_probe::EngineConfig {
+        interval: std::time::Duration::from_millis(settings.interval_ms),
+        size: settings.size,
+        iterations: settings.iterations,
+        devices: settings.devices.clone(),
+        mr_sizes: settings.mr_sizes.clone(),
+        listen: settings.listen,
+        peers: settings.peers.clone(),
+        secret,
+        ..rdma_probe::EngineConfig::default()
+    };
+    let engine = rdma_probe::ProbeEngine::start(config).context("--probe.enable")?;
+    tracing::info!(
+        interval_ms = settings.interval_ms,
+        size = settings.size,
+        iterations = settings.iterations,
+        peers = settings.peers.len(),
+        listen = ?engine.listen_addr(),
+        "probe engine started"
+    );
+    let source = ProbeSource {
+        handle: Some(engine.handle()),
+    };
+    Ok((
+        Engine {
+            _engine: Some(engine),
+        },
+        source,
+    ))
+}
+
+/// Start the probe engine when `settings.enable`: without the `verbs` feature that is an
+/// error (exit code 1).
+#[cfg(not(feature = "verbs"))]
+pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> {
+    if settings.enable {
+        anyhow::bail!("--probe.enable: rdmad was built without verbs support; cargo build-rdma");
+    }
+    Ok((Engine::default(), ProbeSource::default()))
+}
+
+struct Probes {
+    source: ProbeSource,
+}
+
+impl Collector for Probes {
+    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
+        #[cfg(feature = "verbs")]
+        if let Some(handle) = &self.source.handle {
+            emit(&View::from(&handle.snapshot()), out)?;
+        }
+        // Without an engine (not enabled, or built without `verbs`): no series.
+        let _ = (&self.source, out);
+        Ok(())
+    }
+}
+
+/// A histogram as the engine gives it: cumulative `(le, count)` pairs, the last `+Inf`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HistView {
+    /// Cumulative counts per upper bound; a last `+Inf` pair is allowed (and dropped).
+    pub cumulative: Vec<(f64, u64)>,
+    /// Sum of samples.
+    pub sum: f64,
+    /// Number of samples.
+    pub count: u64,
+}
+
+impl HistView {
+    fn to_metric(&self) -> Histogram {
+        Histogram {
+            buckets: self
+                .cumulative
+                .iter()
+                .copied()
+                .filter(|(le, _)| le.is_finite())
+                .collect(),
+            count: self.count,
+            sum: self.sum,
+        }
+    }
+}
+
+/// One probe target's results.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TargetView {
+    /// `loopback` or `peer`.
+    pub kind: String,
+    /// Local device.
+    pub device: String,
+    /// Local port.
+    pub port: u8,
+    /// `HOST:PORT` of the peer, empty for loopback.
+    pub peer: String,
+    /// `send`, `write` or `read`.
+    pub op: String,
+    /// Latency samples, seconds.
+    pub latency: HistView,
+    /// `(stat, seconds)` of the last successful run.
+    pub last: Vec<(&'static str, f64)>,
+    /// Successful runs.
+    pub runs_total: u64,
+    /// Failed runs by status name.
+    pub failures_total: BTreeMap<String, u64>,
+    /// Whether the last run succeeded.
+    pub up: bool,
+}
+
+/// One device and MR size's registration timings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RegistrationView {
+    /// Device.
+    pub device: String,
+    /// Buffer size, bytes.
+    pub size_bytes: usize,
+    /// The last registration, seconds.
+    pub last_seconds: Option<f64>,
+    /// All registrations, seconds.
+    pub seconds: HistView,
+    /// Failed registrations.
+    pub failures_total: u64,
+}
+
+/// What a scrape exports of the engine's snapshot.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct View {
+    /// Probe targets.
+    pub targets: Vec<TargetView>,
+    /// MR registration timings.
+    pub registrations: Vec<RegistrationView>,
+    /// `(peer, connected)`.
+    pub peers: Vec<(String, bool)>,
+    /// Handshakes accepted.
+    pub handshakes_accepted_total: u64,
+    /// Handshakes refused by reason.
+    pub handshakes_refused_total: BTreeMap<String, u64>,
+    /// CPU time of the engine, seconds.
+    pub cpu_seconds_total: f64,
+    /// Rounds completed.
+    pub rounds_total: u64,
+}
+
+#[cfg(feature = "verbs")]
+impl From<&rdma_probe::Histogram> for HistView {
+    fn from(h: &rdma_probe::Histogram) -> HistView {
+        HistView {
+            cumulative: h.cumulative(),
+            sum: h.sum(),
+            count: h.count(),
+        }
+    }
+}
+
+#[cfg(feature = "verbs")]
+impl From<&rdma_probe::ProbeSnapshot> for View {
+    fn from(s: &rdma_probe::ProbeSnapshot) -> View {
+        View {
+            targets: s
+                .targets
+                .iter()
+                .map(|t| TargetView {
+                    kind: t.kind.to_string(),
+                    device: t.device.clone(),
+                    port: t.port,
+                    peer: t.peer.clone().unwrap_or_default(),
+                    op: t.op.name().to_string(),
+                    latency: HistView::from(&t.latency_seconds),
+                    last: t
+                        .last
+                        .as_ref()
+                        .map(|l| {
+                            [
+                                ("min", l.t_min_us),
+                                ("max", l.t_max_us),
+                                ("typical", l.t_typical_us),
+                                ("avg", l.t_avg_us),
+                                ("stdev", l.t_stdev_us),
+                                ("p99", l.p99_us),
+                                ("p99_9", l.p99_9_us),
+                            ]
+                            .into_iter()
+                            .map(|(stat, us)| (stat, us / 1e6))
+                            .collect()
+                        })
+                        .unwrap_or_default(),
+                    runs_total: t.runs_total,
+                    failures_total: t.failures_total.clone(),
+                    up: t.up,
+                })
+                .collect(),
+            registrations: s
+                .registrations
+                .iter()
+                .map(|r| RegistrationView {
+                    device: r.device.clone(),
+                    size_bytes: r.size_bytes,
+                    last_seconds: r.last_seconds,
+                    seconds: HistView::from(&r.seconds),
+                    failures_total: r.failures_total,
+                })
+                .collect(),
+            peers: s
+                .peers
+                .iter()
+                .map(|p| (p.peer.clone(), p.connected))
+                .collect(),
+            handshakes_accepted_total: s.handshakes_accepted_total,
+            handshakes_refused_total: s.handshakes_refused_total.clone(),
+            cpu_seconds_total: s.cpu_seconds_total,
+            rounds_total: s.rounds_total,
+        }
+    }
+}
+
+fn target_labels(t: &TargetView) -> Labels {
+    vec![
+        ("device", t.device.clone()),
+        ("port", t.port.to_string()),
+        ("op", t.op.clone()),
+        ("kind", t.kind.clone()),
+        ("peer", t.peer.clone()),
+    ]
+}
+
+/// Add the metrics of `view` to `out`.
+pub fn emit(view: &View, out: &mut MetricSet) -> anyhow::Result<()> {
+    for t in &view.targets {
+        let l = target_labels(t);
+        out.add(
+            "rdma_probe_latency_seconds",
+            Kind::Histogram,
+            || {
+                "Probe latency: one-way for loopback send/write, round trip for read and peers"
+                    .into()
+            },
+            l.clone(),
+            Value::Histogram(t.latency.to_metric()),
+        )?;
+        for (stat, seconds) in &t.last {
+            let mut lb = l.clone();
+            lb.push(("stat", stat.to_string()));
+            out.add(
+                "rdma_probe_latency_last_seconds",
+                Kind::Gauge,
+                || "perftest summary of the last successful probe run".into(),
+                lb,
+                Value::Float(*seconds),
+            )?;
+        }
+        out.add(
+            "rdma_probe_runs",
+            Kind::Counter,
+            || "Successful probe runs".into(),
+            l.clone(),
+            Value::Int(t.runs_total),
+        )?;
+        for (status, n) in &t.failures_total {
+            let mut lb = l.clone();
+            lb.push(("status", status.clone()));
+            out.add(
+                "rdma_probe_failures",
+                Kind::Counter,
+                || "Failed probe runs by work-completion status or failure name".into(),
+                lb,
+                Value::Int(*n),
+            )?;
+        }
+        out.add(
+            "rdma_probe_up",
+            Kind::Gauge,
+            || "Whether the last probe run succeeded".into(),
+            l,
+            Value::Int(u64::from(t.up)),
+        )?;
+    }
+    for r in &view.registrations {
+        let l: Labels = vec![
+            ("device", r.device.clone()),
+            ("size_bytes", r.size_bytes.to_string()),
+        ];
+        out.add(
+            "rdma_probe_mr_registration_seconds",
+            Kind::Histogram,
+            || "MR registration time (allocation + ibv_reg_mr)".into(),
+            l.clone(),
+            Value::Histogram(r.seconds.to_metric()),
+        )?;
+        if let Some(seconds) = r.last_seconds {
+            out.add(
+                "rdma_probe_mr_registration_last_seconds",
+                Kind::Gauge,
+                || "Time of the last MR registration of this size".into(),
+                l.clone(),
+                Value::Float(seconds),
+            )?;
+        }
+        out.add(
+            "rdma_probe_mr_registration_failures",
+            Kind::Counter,
+            || "Failed MR registrations".into(),
+            l,
+            Value::Int(r.failures_total),
+        )?;
+    }
+    for (peer, connected) in &view.peers {
+        out.add(
+            "rdma_probe_peer_connected",
+            Kind::Gauge,
+            || "Whether the probe connection to a peer is up".into(),
+            vec![("peer", peer.clone())],
+            Value::Int(u64::from(*connected)),
+        )?;
+    }
+    for (reason, n) in &view.handshakes_refused_total {
+        out.add(
+            "rdma_probe_handshakes_refused",
+            Kind::Counter,
+            || "Peer handshakes this engine refused, by reason".into(),
+            vec![("reason", reason.clone())],
+            Value::Int(*n),
+        )?;
+    }
+    out.add(
+        "rdma_probe_handshakes_accepted",
+        Kind::Counter,
+        || "Peer handshakes this engine accepted".into(),
+        vec![],
+        Value::Int(view.handshakes_accepted_total),
+    )?;
+    out.add(
+        "rdma_probe_cpu_seconds",
+        Kind::Counter,
+        || "CPU time used by the probe engine's threads".into(),
+        vec![],
+        Value::Float(view.cpu_seconds_total),
+    )?;
+    out.add(
+        "rdma_probe_rounds",
+        Kind::Counter,
+        || "Probe rounds completed".into(),
+        vec![],
+        Value::Int(view.rounds_total),
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Format;
+
+    fn view() -> View {
+        View {
+            targets: vec![
+                TargetView {
+                    kind: "loopback".into(),
+                    device: "rxe0".into(),
+                    port: 1,
+                    peer: String::new(),
+                    op: "write".into(),
+                    latency: HistView {
+                        // Per bucket 2, 3, 0, 1 (the last in +Inf): cumulative 2, 5, 5, 6.
+                        cumulative: vec![(1e-5, 2), (2e-5, 5), (5e-5, 5), (f64::INFINITY, 6)],
+                        sum: 0.25,
+                        count: 6,
+                    },
+                    last: vec![("p99", 1.5e-5)],
+                    runs_total: 3,
+                    failures_total: BTreeMap::from([
+                        ("RETRY_EXC_ERR".to_string(), 2),
+                        ("TIMEOUT".to_string(), 1),
+                    ]),
+                    up: true,
+                },
+                TargetView {
+                    kind: "peer".into(),
+                    device: "rxe_a".into(),
+                    port: 1,
+                    peer: "10.0.0.2:9737".into(),
+                    op: "read".into(),
+                    ..TargetView::default()
+                },
+            ],
+            registrations: vec![RegistrationView {
+                device: "rxe0".into(),
+                size_bytes: 4096,
+                last_seconds: Some(0.001),
+                seconds: HistView {
+                    cumulative: vec![(1e-3, 1), (f64::INFINITY, 1)],
+                    sum: 0.001,
+                    count: 1,
+                },
+                failures_total: 0,
+            }],
+            peers: vec![("10.0.0.2:9737".into(), false)],
+            handshakes_accepted_total: 4,
+            handshakes_refused_total: BTreeMap::from([("bad_mac".to_string(), 1)]),
+            cpu_seconds_total: 0.5,
+            rounds_total: 7,
+        }
+    }
+
+    fn text() -> String {
+        let mut set = MetricSet::new();
+        emit(&view(), &mut set).unwrap();
+        set.encode(Format::Text)
+    }
+
+    const WRITE: &str = "device=\"rxe0\",port=\"1\",op=\"write\",kind=\"loopback\",peer=\"\"";
+
+    #[test]
+    fn latency_is_one_histogram_with_cumulative_buckets_inf_sum_and_count() {
+        let text = text();
+        assert_eq!(
+            text.matches("# TYPE rdma_probe_latency_seconds histogram\n")
+                .count(),
+            1,
+            "{text}"
+        );
+        let bucket =
+            |le: &str| format!("rdma_probe_latency_seconds_bucket{{{WRITE},le=\"{le}\"}} ");
+        let value = |le: &str| -> u64 {
+            let prefix = bucket(le);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no {prefix} in {text}"));
+            line[prefix.len()..].parse().unwrap()
+        };
+        let les: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("rdma_probe_latency_seconds_bucket{device=\"rxe0\""))
+            .map(|l| {
+                let start = l.find("le=\"").unwrap() + 4;
+                &l[start..start + l[start..].find('"').unwrap()]
+            })
+            .collect();
+        assert_eq!(les.len(), 4, "3 bounds and +Inf once: {les:?}");
+        assert_eq!(les.last(), Some(&"+Inf"));
+        let counts: Vec<u64> = les.iter().map(|le| value(le)).collect();
+        assert_eq!(counts, vec![2, 5, 5, 6], "cumulative, +Inf = count");
+        assert!(
+            text.contains(&format!("rdma_probe_latency_seconds_sum{{{WRITE}}} 0.25\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("rdma_probe_latency_seconds_count{{{WRITE}}} 6\n")),
+            "{text}"
+        );
+        // The peer target with no samples still has its series, with count 0.
+        assert!(text.contains(
+            "rdma_probe_latency_seconds_count{device=\"rxe_a\",port=\"1\",op=\"read\",kind=\"peer\",peer=\"10.0.0.2:9737\"} 0\n"
+        ), "{text}");
+    }
+
+    #[test]
+    fn failures_by_status_runs_and_up() {
+        let text = text();
+        assert!(
+            text.contains(&format!(
+                "rdma_probe_failures_total{{{WRITE},status=\"RETRY_EXC_ERR\"}} 2\n"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "rdma_probe_failures_total{{{WRITE},status=\"TIMEOUT\"}} 1\n"
+            )),
+            "{text}"
+        );
+        assert_eq!(text.matches("rdma_probe_failures_total{").count(), 2);
+        assert!(text.contains(&format!("rdma_probe_runs_total{{{WRITE}}} 3\n")));
+        assert!(text.contains(&format!("rdma_probe_up{{{WRITE}}} 1\n")));
+        assert!(
+            text.contains(&format!(
+                "rdma_probe_latency_last_seconds{{{WRITE},stat=\"p99\"}} 0.000015\n"
+            )) || text.contains(&format!(
+                "rdma_probe_latency_last_seconds{{{WRITE},stat=\"p99\"}} 1.5e-5\n"
+            )),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn engine_wide_series() {
+        let text = text();
+        for line in [
+            "rdma_probe_rounds_total 7\n",
+            "rdma_probe_cpu_seconds_total 0.5\n",
+            "rdma_probe_handshakes_accepted_total 4\n",
+            "rdma_probe_handshakes_refused_total{reason=\"bad_mac\"} 1\n",
+            "rdma_probe_peer_connected{peer=\"10.0.0.2:9737\"} 0\n",
+            "rdma_probe_mr_registration_seconds_count{device=\"rxe0\",size_bytes=\"4096\"} 1\n",
+            "rdma_probe_mr_registration_failures_total{device=\"rxe0\",size_bytes=\"4096\"} 0\n",
+            "rdma_probe_mr_registration_last_seconds{device=\"rxe0\",size_bytes=\"4096\"} 0.001\n",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in {text}");
+        }
+    }
+
+    #[test]
+    fn without_an_engine_the_collector_adds_nothing() {
+        let collector = Probes {
+            source: ProbeSource::default(),
+        };
+        let mut set = MetricSet::new();
+        collector.update(&mut set).unwrap();
+        assert_eq!(set.names().count(), 0);
+    }
+
+    #[test]
+    fn flag_value_parsers() {
+        assert_eq!(parse_interval("1"), Ok(1000));
+        assert_eq!(parse_interval("0.5"), Ok(500));
+        assert_eq!(parse_interval("250ms"), Ok(250));
+        assert_eq!(parse_interval("10s"), Ok(10_000));
+        assert_eq!(parse_interval("2m"), Ok(120_000));
+        assert!(parse_interval("0").is_err());
+        assert!(parse_interval("soon").is_err());
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("-1").is_err());
+        assert_eq!(parse_listen(":9737").unwrap().port(), 9737);
+        assert_eq!(
+            parse_listen("127.0.0.1:1").unwrap().to_string(),
+            "127.0.0.1:1"
+        );
+        assert!(parse_listen("nowhere").is_err());
+    }
+
+    #[cfg(not(feature = "verbs"))]
+    #[test]
+    fn enabling_without_verbs_is_a_clear_error() {
+        let settings = ProbeSettings {
+            enable: true,
+            ..ProbeSettings::default()
+        };
+        let e = start(&settings).err().expect("must fail").to_string();
+        assert!(
+            e.contains("built without verbs support; cargo build-rdma"),
+            "{e}"
+        );
+        assert!(start(&ProbeSettings::default()).is_ok());
+    }
+}
