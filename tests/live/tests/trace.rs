@@ -590,3 +590,46 @@ fn rdmad_trace_collector_counts_the_qp_errors_experiments_transitions_to_err() {
         trace_lines.join("\n")
     );
 }
+
+#[test]
+fn trace_qp_shows_the_qp_errors_experiments_transitions_with_its_pid_and_comm() {
+    let trace = start_trace("qp");
+    let experiment = Command::new(rdmactl_bin())
+        .args(["experiment", "run", "qp-errors", "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("FAIL: cannot start rdmactl experiment run qp-errors");
+    let pid = experiment.id();
+    let status = experiment
+        .wait_with_output()
+        .expect("wait for the experiment");
+    assert!(status.status.success(), "qp-errors failed: {status:?}");
+    let mine = |e: &Value| e["pid"] == pid;
+    let into_err = |e: &Value| {
+        (e["kind"] == "qp_modify" && e["to_state"] == "ERR" && e["errno"].is_null())
+            || (e["kind"] == "qp_destroy" && e["from_state"] == "ERR")
+    };
+    let events = trace.until("the experiment's QPs reaching ERR", |evs| {
+        evs.iter().any(|e| mine(e) && into_err(e))
+            && evs
+                .iter()
+                .any(|e| mine(e) && e["kind"] == "qp_modify" && e["to_state"] == "RTS")
+    });
+    let ours: Vec<&Value> = events.iter().filter(|e| mine(e)).collect();
+    for step in [("RESET", "INIT"), ("INIT", "RTR"), ("RTR", "RTS")] {
+        assert!(
+            ours.iter().any(|e| e["kind"] == "qp_modify"
+                && e["from_state"] == step.0
+                && e["to_state"] == step.1),
+            "no {}->{} by the experiment in {ours:?}",
+            step.0,
+            step.1
+        );
+    }
+    assert!(ours.iter().any(|e| into_err(e)), "no move to ERR: {ours:?}");
+    for e in &ours {
+        assert_eq!(e["comm"], "rdmactl", "{e}");
+        assert_eq!(e["device"], LAB_DEVICE, "{e}");
+    }
+}
