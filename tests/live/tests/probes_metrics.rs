@@ -211,3 +211,129 @@ fn probes_collector_exports_latency_histograms_for_rxe0() {
         }
     }
 }
+
+/// Sum of every series whose name-and-labels starts with `prefix` and contains all `parts`.
+fn sum_where(series: &BTreeMap<String, f64>, prefix: &str, parts: &[&str]) -> f64 {
+    series
+        .iter()
+        .filter(|(k, _)| k.starts_with(prefix) && parts.iter().all(|p| k.contains(p)))
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+/// Scrape `rdmad` until `done` holds for its series, or fail after `secs`.
+fn wait_for(
+    rdmad: &Rdmad,
+    what: &str,
+    secs: u64,
+    done: impl Fn(&BTreeMap<String, f64>) -> bool,
+) -> BTreeMap<String, f64> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let series = rdmad
+            .get("/metrics")
+            .map(|b| parse_exposition(&b))
+            .unwrap_or_default();
+        if done(&series) {
+            return series;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "FAIL: {what} not seen within {secs} s; probe series: {:?}",
+            series
+                .iter()
+                .filter(|(k, _)| k.starts_with("rdma_probe_"))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn two_rdmad_instances_probe_each_other_refuse_a_wrong_secret_and_recover() {
+    let dir = std::env::temp_dir();
+    let secret = dir.join("pingmesh-secret");
+    let wrong = dir.join("pingmesh-wrong-secret");
+    std::fs::write(&secret, "the lab's shared pingmesh secret 1f0c\n").expect("secret file");
+    std::fs::write(&wrong, "not the secret at all 77aa\n").expect("wrong secret file");
+    let (a_addr, b_addr) = ("10.1.0.1:19737", "10.1.0.2:19738");
+    let instance = |dev: &str, listen: &str, peer: &str, secret: &std::path::Path| {
+        Rdmad::start(&[
+            "--probe.enable",
+            "--probe.interval",
+            "1",
+            "--probe.devices",
+            dev,
+            "--probe.mr-sizes",
+            "4K",
+            "--probe.listen",
+            listen,
+            "--probe.peer",
+            peer,
+            "--probe.secret-file",
+            secret.to_str().expect("utf-8 path"),
+        ])
+    };
+    let a = instance("rxe_a", a_addr, b_addr, &secret);
+    let b = instance("rxe_b", b_addr, a_addr, &secret);
+    let peer_b = format!("peer=\"{b_addr}\"");
+    let peer_a = format!("peer=\"{a_addr}\"");
+    let a_to_b = |s: &BTreeMap<String, f64>| {
+        sum_where(
+            s,
+            "rdma_probe_latency_seconds_count{",
+            &["kind=\"peer\"", &peer_b],
+        )
+    };
+    let first = wait_for(&a, "A probing B", 120, |s| a_to_b(s) > 0.0);
+    wait_for(&b, "B probing A", 120, |s| {
+        sum_where(
+            s,
+            "rdma_probe_latency_seconds_count{",
+            &["kind=\"peer\"", &peer_a],
+        ) > 0.0
+    });
+
+    // A third instance with the wrong secret: A refuses and counts it; nothing is probed.
+    let refused_before = sum_where(&first, "rdma_probe_handshakes_refused_total", &[]);
+    let c = Rdmad::start(&[
+        "--probe.enable",
+        "--probe.interval",
+        "1",
+        "--probe.devices",
+        "rxe_b",
+        "--probe.mr-sizes",
+        "4K",
+        "--probe.peer",
+        a_addr,
+        "--probe.secret-file",
+        wrong.to_str().expect("utf-8 path"),
+    ]);
+    wait_for(&a, "A refusing the wrong secret", 90, |s| {
+        sum_where(s, "rdma_probe_handshakes_refused_total", &[]) > refused_before
+    });
+    let c_series = wait_for(&c, "C's failed handshake", 90, |s| {
+        sum_where(s, "rdma_probe_failures_total{", &[&peer_a]) > 0.0
+    });
+    assert_eq!(
+        sum_where(&c_series, "rdma_probe_latency_seconds_count{", &[&peer_a]),
+        0.0,
+        "the wrong secret must not get a single probe through"
+    );
+    drop(c);
+
+    // B dies: A's failures towards B rise; B comes back: A's probes to B succeed again.
+    let failures_to_b =
+        |s: &BTreeMap<String, f64>| sum_where(s, "rdma_probe_failures_total{", &[&peer_b]);
+    let before = wait_for(&a, "a scrape of A", 30, |_| true);
+    drop(b);
+    let dead = wait_for(&a, "A counting failures towards the dead B", 90, |s| {
+        failures_to_b(s) > failures_to_b(&before)
+    });
+    let b_again = instance("rxe_b", b_addr, a_addr, &secret);
+    wait_for(&a, "A probing B again after it came back", 180, |s| {
+        a_to_b(s) > a_to_b(&dead)
+    });
+    drop(b_again);
+    drop(a);
+}
