@@ -90,6 +90,20 @@ for dev in $RXE_DEVICES; do
         usleep 50000
     done
 done
+if [ "$RXE" = 1 ]; then
+    # qemu's user network answers the router solicitation, so eth0 gets a site-local
+    # fec0:: address by SLAAC ~0.5-1 s after link up, and rxe0 a third GID with it. Wait
+    # for it (bounded) so that every command sees the same GID table from its start.
+    i=0
+    until [ "$(cat /sys/class/infiniband/rxe0/ports/1/gids/2 2>/dev/null)" != "0000:0000:0000:0000:0000:0000:0000:0000" ]; do
+        i=$((i + 1))
+        if [ $i -gt 100 ]; then
+            echo "lab: no SLAAC address on eth0 after 5 s; rxe0 has 2 GIDs only" > $CONSOLE
+            break
+        fi
+        usleep 50000
+    done
+fi
 echo "LAB-READY devices=$RXE_DEVICES uptime=$(cut -d" " -f1 /proc/uptime)" > $CONSOLE
 
 cd /root
