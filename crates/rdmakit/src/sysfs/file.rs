@@ -2,11 +2,17 @@
 //!
 //! An attribute is read with exactly open + one read + close: no stat, no second read to see
 //! EOF (sysfs returns a whole attribute in the first read, at most one page). A file that
-//! fills more than [`READ_LIMIT`] bytes is refused.
+//! fills more than [`READ_LIMIT`] bytes is refused. Files of a directory read whole (the
+//! counter directories) are opened relative to the directory's descriptor ([`open_dir`],
+//! [`AttrReader::read_at`]), so the kernel does not walk the path from the root each time.
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
+
+use rustix::fd::{BorrowedFd, OwnedFd};
+use rustix::fs::{Dir, Mode, OFlags};
+use rustix::io::Errno;
 
 /// The largest attribute accepted, in bytes (sysfs attributes are at most one 4 KiB page).
 pub const READ_LIMIT: usize = 4096;
@@ -55,4 +61,70 @@ impl AttrReader {
         }
         Ok(&self.buf[..n])
     }
+
+    /// Like [`AttrReader::read`], for the file `name` of the directory `dir`.
+    pub(crate) fn read_at(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+    ) -> Result<&[u8], ReadFailure> {
+        let file = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|errno| {
+            if errno == Errno::NOENT {
+                ReadFailure::Missing
+            } else {
+                ReadFailure::Os(errno.into())
+            }
+        })?;
+        let n = loop {
+            match rustix::io::read(&file, &mut self.buf[..]) {
+                Ok(n) => break n,
+                Err(Errno::INTR) => continue,
+                Err(errno) => return Err(ReadFailure::Os(errno.into())),
+            }
+        };
+        if n > READ_LIMIT {
+            return Err(ReadFailure::TooLarge);
+        }
+        Ok(&self.buf[..n])
+    }
+}
+
+/// The descriptor of the directory `path`, or `None` when it cannot be opened (the caller
+/// then reads by path and reports the failure per file).
+pub(crate) fn open_dir_fd(path: &Path) -> Option<OwnedFd> {
+    rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()
+}
+
+/// Open the directory `path` and list its entries (without `.` and `..`, names that are not
+/// UTF-8 skipped, unsorted). `Ok(None)` when it does not exist. The returned [`Dir`] keeps
+/// the descriptor for [`AttrReader::read_at`] (`Dir::fd`).
+pub(crate) fn open_dir(path: &Path) -> io::Result<Option<(Dir, Vec<String>)>> {
+    let fd = match rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(errno) => return Err(errno.into()),
+    };
+    let mut dir = Dir::new(fd)?;
+    let mut names = Vec::new();
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        if let Ok(name) = std::str::from_utf8(name) {
+            names.push(name.to_owned());
+        }
+    }
+    Ok(Some((dir, names)))
 }

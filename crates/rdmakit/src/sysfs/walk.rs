@@ -9,9 +9,10 @@
 use crate::model::{
     Counter, CounterSource, Device, ErrorOrigin, Gid, Port, SourceError, SourceErrorKind,
 };
-use crate::sysfs::file::{AttrReader, ReadFailure, READ_LIMIT};
+use crate::sysfs::file::{self, AttrReader, ReadFailure, READ_LIMIT};
 use crate::sysfs::parse;
 use crate::sysfs::ReadOptions;
+use rustix::fd::{AsFd, BorrowedFd};
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
@@ -131,9 +132,15 @@ impl<'r> Walk<'r> {
     }
 
     /// A text attribute of the current directory; `None` when absent, empty or failing.
-    fn text(&mut self, ctx: Ctx<'_>, file: &str) -> Option<String> {
+    /// `dir` is the current directory's descriptor when it could be opened: the file is then
+    /// opened relative to it instead of by its whole path.
+    fn text(&mut self, ctx: Ctx<'_>, dir: Option<BorrowedFd<'_>>, file: &str) -> Option<String> {
         self.path.push(file);
-        let result = match self.attr.read(self.path.as_path()) {
+        let read = match dir {
+            Some(dir) => self.attr.read_at(dir, file),
+            None => self.attr.read(self.path.as_path()),
+        };
+        let result = match read {
             Ok(bytes) => match std::str::from_utf8(parse::trim(bytes)) {
                 Ok("") => Ok(None),
                 Ok(text) => Ok(Some(text.to_owned())),
@@ -159,10 +166,11 @@ impl<'r> Walk<'r> {
     fn parsed<T>(
         &mut self,
         ctx: Ctx<'_>,
+        dir: Option<BorrowedFd<'_>>,
         file: &str,
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Option<T> {
-        let text = self.text(ctx, file)?;
+        let text = self.text(ctx, dir, file)?;
         let value = parse(&text);
         if value.is_none() {
             self.path.push(file);
@@ -234,12 +242,15 @@ impl<'r> Walk<'r> {
             device: &name,
             port: None,
         };
-        let node_type = self.parsed(ctx, "node_type", parse::parse_enumerated);
-        let node_guid = self.text(ctx, "node_guid");
-        let sys_image_guid = self.text(ctx, "sys_image_guid");
-        let fw_ver = self.text(ctx, "fw_ver");
-        let hca_type = self.text(ctx, "hca_type");
-        let board_id = self.text(ctx, "board_id");
+        // When the directory cannot be opened, every read below fails by path and says why.
+        let fd = file::open_dir_fd(self.path.as_path());
+        let dir = fd.as_ref().map(|fd| fd.as_fd());
+        let node_type = self.parsed(ctx, dir, "node_type", parse::parse_enumerated);
+        let node_guid = self.text(ctx, dir, "node_guid");
+        let sys_image_guid = self.text(ctx, dir, "sys_image_guid");
+        let fw_ver = self.text(ctx, dir, "fw_ver");
+        let hca_type = self.text(ctx, dir, "hca_type");
+        let board_id = self.text(ctx, dir, "board_id");
         let parent = self.link_basename(ctx, "device");
         let driver = if parent.is_some() {
             self.path.push("device");
@@ -291,12 +302,16 @@ impl<'r> Walk<'r> {
             device,
             port: Some(num),
         };
-        let state = self.parsed(ctx, "state", parse::parse_enumerated);
-        let phys_state = self.parsed(ctx, "phys_state", parse::parse_enumerated);
-        let rate = self.text(ctx, "rate").map(|text| parse::parse_rate(&text));
-        let link_layer = self.text(ctx, "link_layer");
-        let lid = self.parsed(ctx, "lid", parse::parse_lid);
-        let sm_lid = self.parsed(ctx, "sm_lid", parse::parse_lid);
+        let fd = file::open_dir_fd(self.path.as_path());
+        let dir = fd.as_ref().map(|fd| fd.as_fd());
+        let state = self.parsed(ctx, dir, "state", parse::parse_enumerated);
+        let phys_state = self.parsed(ctx, dir, "phys_state", parse::parse_enumerated);
+        let rate = self
+            .text(ctx, dir, "rate")
+            .map(|text| parse::parse_rate(&text));
+        let link_layer = self.text(ctx, dir, "link_layer");
+        let lid = self.parsed(ctx, dir, "lid", parse::parse_lid);
+        let sm_lid = self.parsed(ctx, dir, "sm_lid", parse::parse_lid);
         let (gids, netdev) = if !self.options.gids {
             (Vec::new(), None)
         } else if self.netdev_only {
@@ -481,24 +496,43 @@ impl<'r> Walk<'r> {
     }
 
     /// Every file of the `source` counter directory under the current path, in name order,
-    /// appended to `out`.
+    /// appended to `out`. The files are opened relative to the directory's descriptor.
     fn counters(&mut self, ctx: Ctx<'_>, source: CounterSource, out: &mut Vec<Counter>) {
         if !self.options.counters {
             return;
         }
         self.path.push(source.dir_name());
-        let Some(mut names) = self.list(ctx) else {
-            self.path.pop();
-            return;
+        let (dir, mut names) = match file::open_dir(self.path.as_path()) {
+            Ok(Some(listing)) => listing,
+            Ok(None) => {
+                self.path.pop();
+                return;
+            }
+            Err(err) => {
+                self.record(ctx, io_kind(&err), err.to_string());
+                self.path.pop();
+                return;
+            }
+        };
+        let fd = match dir.fd() {
+            Ok(fd) => fd,
+            Err(err) => {
+                let err = io::Error::from(err);
+                self.record(ctx, io_kind(&err), err.to_string());
+                self.path.pop();
+                return;
+            }
         };
         // Sorted before reading, so counters and errors come out in a stable order.
         names.sort_unstable();
         out.reserve(names.len());
         for name in names {
-            self.path.push(&name);
-            match self.attr.read(self.path.as_path()) {
+            let problem = match self.attr.read_at(fd, &name) {
                 Ok(bytes) => match parse::parse_u64(bytes) {
-                    Some(value) => out.push(Counter::new(name, source, value)),
+                    Some(value) => {
+                        out.push(Counter::new(name, source, value));
+                        continue;
+                    }
                     None => {
                         let content = parse::trim(bytes);
                         let kind = if content.starts_with(b"N/A") {
@@ -506,13 +540,21 @@ impl<'r> Walk<'r> {
                         } else {
                             SourceErrorKind::Unparsable
                         };
-                        let detail = parse::excerpt(content);
-                        self.record(ctx, kind, detail);
+                        Some((kind, parse::excerpt(content)))
                     }
                 },
-                Err(failure) => self.record_failure(ctx, failure),
+                Err(ReadFailure::Missing) => None,
+                Err(ReadFailure::TooLarge) => Some((
+                    SourceErrorKind::TooLarge,
+                    format!("larger than {READ_LIMIT} bytes"),
+                )),
+                Err(ReadFailure::Os(err)) => Some((io_kind(&err), err.to_string())),
+            };
+            if let Some((kind, detail)) = problem {
+                self.path.push(&name);
+                self.record(ctx, kind, detail);
+                self.path.pop();
             }
-            self.path.pop();
         }
         self.path.pop();
     }
