@@ -19,12 +19,24 @@ mod walk;
 pub use file::READ_LIMIT;
 pub use filter::DeviceFilter;
 
-use crate::model::Snapshot;
+use crate::model::{Device, Snapshot, SourceError};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// The default sysfs root.
 pub const DEFAULT_ROOT: &str = "/sys";
+
+/// The most devices a [`SysfsReader`] reads at once by default.
+pub const MAX_THREADS: usize = 4;
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(MAX_THREADS)
+}
 
 /// Errors that stop a sysfs read (per-file problems go to [`Snapshot::errors`] instead).
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +91,8 @@ pub struct SysfsReader {
     filter: DeviceFilter,
     options: ReadOptions,
     netdev_only: bool,
+    /// Devices read at once (see [`SysfsReader::with_threads`]).
+    threads: usize,
 }
 
 impl Default for SysfsReader {
@@ -95,7 +109,16 @@ impl SysfsReader {
             filter: DeviceFilter::all(),
             options: ReadOptions::default(),
             netdev_only: false,
+            threads: default_threads(),
         }
+    }
+
+    /// Read up to `threads` devices at once (at least 1). The default is the number of CPUs
+    /// this process may use, at most [`MAX_THREADS`]: a scrape of a host with many devices
+    /// is mostly open/read/close system calls, which run in parallel on separate CPUs.
+    pub fn with_threads(mut self, threads: usize) -> SysfsReader {
+        self.threads = threads.max(1);
+        self
     }
 
     /// Only read the devices `filter` keeps.
@@ -174,22 +197,70 @@ impl SysfsReader {
     /// device-level `hw_counters/` are read as usual.
     pub fn snapshot_without_port_hw_counters(
         &self,
-        elsewhere: impl Fn(&str) -> bool,
+        elsewhere: impl Fn(&str) -> bool + Sync,
     ) -> Result<Snapshot, SysfsError> {
-        let names = self.device_names()?;
-        let mut walk = walk::Walk::new(&self.root, &self.options, self.class_dir())
-            .netdev_only(self.netdev_only);
-        let mut devices = Vec::with_capacity(names.len());
-        for name in names {
-            if self.filter.keeps(&name) {
+        let names: Vec<String> = self
+            .device_names()?
+            .into_iter()
+            .filter(|name| self.filter.keeps(name))
+            .collect();
+        let threads = self.threads.clamp(1, names.len().max(1));
+        let walk = || {
+            walk::Walk::new(&self.root, &self.options, self.class_dir())
+                .netdev_only(self.netdev_only)
+        };
+        if threads == 1 {
+            let mut walk = walk();
+            let mut devices = Vec::with_capacity(names.len());
+            for name in names {
                 let skip_port_hw = elsewhere(&name);
                 devices.push(walk.device(name, skip_port_hw));
             }
+            return Ok(Snapshot {
+                devices,
+                errors: walk.errors,
+            });
         }
-        Ok(Snapshot {
-            devices,
-            errors: walk.errors,
-        })
+        // Devices are independent: `threads` walkers (this thread and `threads - 1` scoped
+        // ones) take the next unread device until none is left. Each result lands in its
+        // device's slot, with the errors found while reading it, so devices and errors come
+        // out in the same order as a serial walk.
+        let next = AtomicUsize::new(0);
+        let slots: Vec<Mutex<Option<(Device, Vec<SourceError>)>>> =
+            names.iter().map(|_| Mutex::new(None)).collect();
+        let work = || {
+            let mut walk = walk();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(name) = names.get(i) else { break };
+                let device = walk.device(name.clone(), elsewhere(name));
+                let errors = std::mem::take(&mut walk.errors);
+                if let Ok(mut slot) = slots[i].lock() {
+                    *slot = Some((device, errors));
+                }
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..threads {
+                scope.spawn(work);
+            }
+            work();
+        });
+        let mut snapshot = Snapshot {
+            devices: Vec::with_capacity(names.len()),
+            errors: Vec::new(),
+        };
+        for slot in slots {
+            let taken = match slot.into_inner() {
+                Ok(taken) => taken,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if let Some((device, errors)) = taken {
+                snapshot.devices.push(device);
+                snapshot.errors.extend(errors);
+            }
+        }
+        Ok(snapshot)
     }
 }
 
@@ -214,6 +285,58 @@ mod tests {
     fn write(path: &Path, text: &str) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn parallel_reads_equal_the_serial_read_devices_and_errors_in_order() {
+        // The fixture trees, plus one with many devices of uneven size and broken files.
+        let root = temp_tree("parallel");
+        for d in 0..13 {
+            let port = root.join(format!("class/infiniband/dev{d:02}/ports/1"));
+            for c in 0..(d * 7) {
+                write(
+                    &port.join(format!("counters/c{c}")),
+                    &format!("{}\n", c * d),
+                );
+            }
+            if d % 3 == 0 {
+                write(&port.join("hw_counters/bad"), "N/A\n");
+                std::fs::create_dir_all(port.join("hw_counters/dir")).unwrap();
+            }
+            write(&port.join("state"), "4: ACTIVE\n");
+        }
+        let mut trees: Vec<PathBuf> = std::fs::read_dir(fixtures())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("class").is_dir())
+            .collect();
+        trees.push(root.clone());
+        for tree in &trees {
+            let serial = SysfsReader::new(tree).with_threads(1).snapshot().unwrap();
+            for threads in [2, 3, 8] {
+                let parallel = SysfsReader::new(tree)
+                    .with_threads(threads)
+                    .snapshot()
+                    .unwrap();
+                assert_eq!(
+                    serde_json::to_value(&parallel).unwrap(),
+                    serde_json::to_value(&serial).unwrap(),
+                    "{} with {threads} threads",
+                    tree.display()
+                );
+            }
+        }
+        let snap = SysfsReader::new(&root).with_threads(3).snapshot().unwrap();
+        assert_eq!(snap.devices.len(), 13);
+        assert_eq!(snap.devices[12].ports[0].counters.len(), 12 * 7);
+        // dev00, 03, 06, 09, 12: one N/A and one directory each, in device order.
+        assert_eq!(snap.errors.len(), 10, "{:?}", snap.errors);
+        let order: Vec<_> = snap.errors.iter().map(|e| e.device.clone()).collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order, sorted);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
