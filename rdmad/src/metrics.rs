@@ -15,8 +15,8 @@
 //! and `_count` series in both formats. [`negotiate`] picks the format from the
 //! request's `Accept` header the way Prometheus' own client libraries do.
 
-use std::collections::{BTreeMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -85,7 +85,13 @@ impl Hasher for Fnv1a {
     }
 }
 
-type LabelSet = HashSet<Labels, BuildHasherDefault<Fnv1a>>;
+/// The label sets a family has, by hash: hash -> index of the first sample with that hash.
+/// Keeping hashes instead of clones of the labels saves one allocation per label per sample.
+type LabelSet = HashMap<u64, usize, BuildHasherDefault<Fnv1a>>;
+
+fn label_hash(labels: &Labels) -> u64 {
+    BuildHasherDefault::<Fnv1a>::default().hash_one(labels)
+}
 
 /// One family: HELP, type and samples.
 #[derive(Debug, Clone)]
@@ -185,7 +191,20 @@ impl MetricSet {
                 name: name.to_owned(),
             });
         }
-        if !family.seen.insert(labels.clone()) {
+        let hash = label_hash(&labels);
+        let index = family.samples.len();
+        let duplicate = match family.seen.get(&hash) {
+            None => {
+                family.seen.insert(hash, index);
+                false
+            }
+            // Same hash: the same labels, or (rarely) a collision, which only costs a scan.
+            Some(&first) => {
+                family.samples[first].0 == labels
+                    || family.samples[first..].iter().any(|(l, _)| *l == labels)
+            }
+        };
+        if duplicate {
             return Err(AddError::Duplicate {
                 name: name.to_owned(),
             });
