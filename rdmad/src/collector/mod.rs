@@ -9,9 +9,11 @@
 //!
 //! Collectors of one scrape run one after the other in table order and may pass facts to the
 //! ones after them through [`Shared`]: which devices' port hw counters `netlink_counters`
-//! already exported (so that `sysfs_counters` does not read them again), and the one sysfs
-//! snapshot of the scrape, read once for `sysfs_info` and `sysfs_counters` together. A collector that needs nothing from the others implements only
-//! [`Collector::update`]. To add a collector: write `src/collector/<name>.rs` with a `SPEC`,
+//! already exported (so that `sysfs_counters` does not read them again), the one sysfs
+//! snapshot of the scrape, read once for `sysfs_info` and `sysfs_counters` together, the
+//! device names of the sysfs tree, and the scrape's one RDMA netlink socket with its one
+//! device dump ([`Shared::netlink`]). A collector that needs nothing from the others
+//! implements only [`Collector::update`]. To add a collector: write `src/collector/<name>.rs` with a `SPEC`,
 //! add `pub mod <name>;` and its `SPEC` to [`TABLE`]; flags, env, config key and the `/` page
 //! follow.
 
@@ -25,11 +27,13 @@ pub mod trace;
 
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use anyhow::Context;
 use rdmakit::model::Snapshot;
+use rdmakit::nldev::{NlDevice, NldevClient, NldevError};
 use rdmakit::sysfs::{DeviceFilter, ReadOptions, SysfsReader};
 
 use crate::metrics::{Kind, MetricSet, Value};
@@ -71,6 +75,50 @@ pub struct Shared {
     /// The sysfs snapshot of this scrape (see [`sysfs_reader`]), read by the first sysfs
     /// collector that asks.
     sysfs: OnceLock<Result<Snapshot, String>>,
+    /// The device names of the sysfs tree, listed by the first collector that asks.
+    sysfs_devices: OnceLock<Result<Vec<String>, String>>,
+    /// The RDMA netlink socket of this scrape, opened by the first collector that asks.
+    netlink: Mutex<NetlinkState>,
+}
+
+/// The scrape's RDMA netlink connection, as far as it got.
+#[derive(Debug, Default)]
+enum NetlinkState {
+    /// Nobody asked yet.
+    #[default]
+    Unopened,
+    /// Open; the device dump once somebody asked for it.
+    Open {
+        client: NldevClient,
+        devices: Option<Vec<NlDevice>>,
+    },
+    /// The kernel has no RDMA netlink.
+    Absent,
+    /// Opening failed, with this message (every netlink collector fails with it).
+    Failed(String),
+}
+
+/// This scrape's RDMA netlink socket, lent to one collector at a time ([`Shared::netlink`]).
+pub struct Netlink<'a> {
+    client: &'a mut NldevClient,
+    devices: &'a mut Option<Vec<NlDevice>>,
+}
+
+impl Netlink<'_> {
+    /// The socket, for requests of the collector's own.
+    pub fn client(&mut self) -> &mut NldevClient {
+        self.client
+    }
+
+    /// The kernel's device list (`GET` dump), dumped once per scrape.
+    pub fn devices(&mut self) -> anyhow::Result<Vec<NlDevice>> {
+        if let Some(devices) = self.devices {
+            return Ok(devices.clone());
+        }
+        let devices = self.client.devices().context("RDMA netlink device dump")?;
+        *self.devices = Some(devices.clone());
+        Ok(devices)
+    }
 }
 
 impl Shared {
@@ -87,6 +135,53 @@ impl Shared {
             })
             .as_ref()
             .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// The device names of the sysfs tree at `root` (before any filter), listed once per
+    /// scrape: netlink collectors only export devices sysfs shows, so that a `--path.sysfs`
+    /// pointing elsewhere (a container's view, a test tree) does not mix in the host's.
+    pub fn sysfs_device_names(&self, root: &Path) -> anyhow::Result<&[String]> {
+        self.sysfs_devices
+            .get_or_init(|| {
+                SysfsReader::new(root)
+                    .device_names()
+                    .map_err(|e| format!("listing sysfs devices: {e}"))
+            })
+            .as_ref()
+            .map(Vec::as_slice)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// Run `f` with this scrape's RDMA netlink socket, opening it on first use: one socket
+    /// per scrape for every netlink collector. `Ok(None)` when the kernel has no RDMA
+    /// netlink (logged once per scrape at debug level); an error when opening failed.
+    pub fn netlink<T>(
+        &self,
+        f: impl FnOnce(&mut Netlink<'_>) -> anyhow::Result<T>,
+    ) -> anyhow::Result<Option<T>> {
+        let mut state = self
+            .netlink
+            .lock()
+            .map_err(|_| anyhow::anyhow!("RDMA netlink state poisoned by a panic"))?;
+        if matches!(*state, NetlinkState::Unopened) {
+            *state = match NldevClient::open() {
+                Ok(client) => NetlinkState::Open {
+                    client,
+                    devices: None,
+                },
+                Err(e @ NldevError::NoRdma(_)) => {
+                    tracing::debug!("{e}");
+                    NetlinkState::Absent
+                }
+                Err(e) => NetlinkState::Failed(format!("opening RDMA netlink: {e}")),
+            };
+        }
+        match &mut *state {
+            NetlinkState::Open { client, devices } => f(&mut Netlink { client, devices }).map(Some),
+            NetlinkState::Absent => Ok(None),
+            NetlinkState::Failed(message) => Err(anyhow::anyhow!("{message}")),
+            NetlinkState::Unopened => unreachable!("opened above"),
+        }
     }
 
     /// Record that the port hw counters of `devices` are exported already.
@@ -331,6 +426,27 @@ mod tests {
             "a failed collector's output is dropped"
         );
         assert!(text.contains("rdma_exporter_build_info{version=\""));
+    }
+
+    #[test]
+    fn sysfs_device_names_are_listed_once_per_scrape() {
+        let root = std::env::temp_dir().join(format!("rdmad-shared-{}", std::process::id()));
+        let class = root.join("class/infiniband");
+        std::fs::create_dir_all(class.join("mlx5_1")).unwrap();
+        std::fs::create_dir_all(class.join("mlx5_0")).unwrap();
+        let shared = Shared::default();
+        assert_eq!(shared.sysfs_device_names(&root).unwrap(), ["mlx5_0", "mlx5_1"]);
+        // A device that appears during the scrape shows up in the next scrape, not this one.
+        std::fs::create_dir_all(class.join("mlx5_2")).unwrap();
+        assert_eq!(shared.sysfs_device_names(&root).unwrap().len(), 2);
+        assert_eq!(Shared::default().sysfs_device_names(&root).unwrap().len(), 3);
+        std::fs::remove_dir_all(&root).unwrap();
+        // An unreadable class directory is an error for every collector that asks.
+        std::fs::write(&root, "not a directory").unwrap();
+        let shared = Shared::default();
+        assert!(shared.sysfs_device_names(&root).is_err());
+        assert!(shared.sysfs_device_names(&root).is_err());
+        std::fs::remove_file(&root).unwrap();
     }
 
     #[test]

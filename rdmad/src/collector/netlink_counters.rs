@@ -20,10 +20,10 @@
 
 use std::collections::BTreeSet;
 
-use anyhow::Context;
 use rdmakit::model::{Counter, CounterSource};
-use rdmakit::nldev::{NldevClient, NldevError, PortHwCounters};
-use rdmakit::sysfs::{DeviceFilter, SysfsReader};
+use rdmakit::nldev::PortHwCounters;
+use rdmakit::sysfs::DeviceFilter;
+use std::path::PathBuf;
 
 use super::{Collector, CollectorConfig, CollectorSpec, Shared};
 use crate::metrics::MetricSet;
@@ -39,14 +39,14 @@ pub const SPEC: CollectorSpec = CollectorSpec {
 
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
     Box::new(NetlinkCounters {
-        sysfs: SysfsReader::new(config.sysfs.clone()),
+        sysfs: config.sysfs.clone(),
         filter: config.filter.clone(),
     })
 }
 
 struct NetlinkCounters {
-    /// Only to list the device names of the sysfs tree.
-    sysfs: SysfsReader,
+    /// The sysfs root: only devices it shows are exported.
+    sysfs: PathBuf,
     filter: DeviceFilter,
 }
 
@@ -56,55 +56,52 @@ impl Collector for NetlinkCounters {
     }
 
     fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
-        let in_sysfs = self.sysfs.device_names().context("listing sysfs devices")?;
-        let mut client = match NldevClient::open() {
-            Ok(client) => client,
-            Err(e @ NldevError::NoRdma(_)) => {
-                tracing::debug!("{e}");
-                return Ok(());
-            }
-            Err(e) => return Err(e).context("opening RDMA netlink"),
-        };
-        let devices = client.devices().context("RDMA netlink device dump")?;
-        let mut done = BTreeSet::new();
-        for dev in devices {
-            if !self.filter.keeps(&dev.name) || !in_sysfs.contains(&dev.name) {
-                continue;
-            }
-            let ports = match dev.port_count {
-                Some(n) => (1..=n).collect::<Vec<u32>>(),
-                None => match client.ports(&dev) {
-                    Ok(ports) => ports.iter().map(|p| p.port).collect(),
-                    Err(e) => {
-                        tracing::debug!(device = dev.name, "netlink ports: {e}; using sysfs");
-                        continue;
-                    }
-                },
-            };
-            let mut answers = Vec::with_capacity(ports.len());
-            for port in ports {
-                match client.port_counters(dev.index, &dev.name, port) {
-                    Ok(counters) => answers.push(counters),
-                    Err(e) => {
-                        tracing::debug!(
-                            device = dev.name,
-                            port,
-                            "netlink STAT_GET: {e}; using sysfs"
-                        );
-                        answers.clear();
-                        break;
+        let in_sysfs = shared.sysfs_device_names(&self.sysfs)?;
+        let done = shared.netlink(|netlink| {
+            let mut done = BTreeSet::new();
+            for dev in netlink.devices()? {
+                if !self.filter.keeps(&dev.name) || !in_sysfs.contains(&dev.name) {
+                    continue;
+                }
+                let client = netlink.client();
+                let ports = match dev.port_count {
+                    Some(n) => (1..=n).collect::<Vec<u32>>(),
+                    None => match client.ports(&dev) {
+                        Ok(ports) => ports.iter().map(|p| p.port).collect(),
+                        Err(e) => {
+                            tracing::debug!(device = dev.name, "netlink ports: {e}; using sysfs");
+                            continue;
+                        }
+                    },
+                };
+                let mut answers = Vec::with_capacity(ports.len());
+                for port in ports {
+                    match client.port_counters(dev.index, &dev.name, port) {
+                        Ok(counters) => answers.push(counters),
+                        Err(e) => {
+                            tracing::debug!(
+                                device = dev.name,
+                                port,
+                                "netlink STAT_GET: {e}; using sysfs"
+                            );
+                            answers.clear();
+                            break;
+                        }
                     }
                 }
+                if answers.is_empty() {
+                    continue;
+                }
+                for answer in &answers {
+                    export_port(out, answer)?;
+                }
+                done.insert(dev.name);
             }
-            if answers.is_empty() {
-                continue;
-            }
-            for answer in &answers {
-                export_port(out, answer)?;
-            }
-            done.insert(dev.name);
+            Ok(done)
+        })?;
+        if let Some(done) = done {
+            shared.set_netlink_hw_devices(done);
         }
-        shared.set_netlink_hw_devices(done);
         Ok(())
     }
 }

@@ -15,12 +15,12 @@
 //! skipped at debug level. Devices: the ones the filter keeps that exist under
 //! `--path.sysfs`; no RDMA netlink means nothing to do.
 
-use anyhow::Context;
 use rdmakit::nldev::ids::counter_mode;
-use rdmakit::nldev::{BoundCounter, NldevClient, NldevError};
-use rdmakit::sysfs::{DeviceFilter, SysfsReader};
+use rdmakit::nldev::BoundCounter;
+use rdmakit::sysfs::DeviceFilter;
+use std::path::PathBuf;
 
-use super::{Collector, CollectorConfig, CollectorSpec};
+use super::{Collector, CollectorConfig, CollectorSpec, Shared};
 use crate::metrics::{Kind, MetricSet, Value};
 use crate::names;
 
@@ -34,53 +34,53 @@ pub const SPEC: CollectorSpec = CollectorSpec {
 
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
     Box::new(NetlinkQpCounters {
-        sysfs: SysfsReader::new(config.sysfs.clone()),
+        sysfs: config.sysfs.clone(),
         filter: config.filter.clone(),
     })
 }
 
 struct NetlinkQpCounters {
-    sysfs: SysfsReader,
+    /// The sysfs root: only devices it shows are exported.
+    sysfs: PathBuf,
     filter: DeviceFilter,
 }
 
 impl Collector for NetlinkQpCounters {
     fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
-        let in_sysfs = self.sysfs.device_names().context("listing sysfs devices")?;
-        let mut client = match NldevClient::open() {
-            Ok(client) => client,
-            Err(e @ NldevError::NoRdma(_)) => {
-                tracing::debug!("{e}");
-                return Ok(());
-            }
-            Err(e) => return Err(e).context("opening RDMA netlink"),
-        };
-        let devices = client.devices().context("RDMA netlink device dump")?;
-        for dev in devices {
-            if !self.filter.keeps(&dev.name) || !in_sysfs.contains(&dev.name) {
-                continue;
-            }
-            for port in 1..=dev.port_count.unwrap_or(1) {
-                let mode = match client.qp_counter_mode(dev.index, &dev.name, port) {
-                    Ok(mode) => mode,
-                    Err(e) => {
-                        tracing::debug!(device = dev.name, port, "QP counter mode: {e}");
-                        continue;
-                    }
-                };
-                if mode.mode == counter_mode::NONE {
+        self.update_shared(&Shared::default(), out)
+    }
+
+    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
+        let in_sysfs = shared.sysfs_device_names(&self.sysfs)?;
+        shared.netlink(|netlink| {
+            for dev in netlink.devices()? {
+                if !self.filter.keeps(&dev.name) || !in_sysfs.contains(&dev.name) {
                     continue;
                 }
-                match client.qp_counters(dev.index, &dev.name, port) {
-                    Ok(bound) => {
-                        for counter in &bound {
-                            export_bound(out, counter, port)?;
+                let client = netlink.client();
+                for port in 1..=dev.port_count.unwrap_or(1) {
+                    let mode = match client.qp_counter_mode(dev.index, &dev.name, port) {
+                        Ok(mode) => mode,
+                        Err(e) => {
+                            tracing::debug!(device = dev.name, port, "QP counter mode: {e}");
+                            continue;
                         }
+                    };
+                    if mode.mode == counter_mode::NONE {
+                        continue;
                     }
-                    Err(e) => tracing::debug!(device = dev.name, port, "QP counters: {e}"),
+                    match client.qp_counters(dev.index, &dev.name, port) {
+                        Ok(bound) => {
+                            for counter in &bound {
+                                export_bound(out, counter, port)?;
+                            }
+                        }
+                        Err(e) => tracing::debug!(device = dev.name, port, "QP counters: {e}"),
+                    }
                 }
             }
-        }
+            Ok(())
+        })?;
         Ok(())
     }
 }

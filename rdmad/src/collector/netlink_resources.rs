@@ -9,10 +9,9 @@
 //! (no `ib_core`) means "no devices", not a failure, like a missing `/sys/class/infiniband`.
 
 use anyhow::Context;
-use rdmakit::nldev::{NldevClient, NldevError};
 use rdmakit::sysfs::DeviceFilter;
 
-use super::{Collector, CollectorConfig, CollectorSpec};
+use super::{Collector, CollectorConfig, CollectorSpec, Shared};
 use crate::metrics::{Kind, MetricSet, Value};
 
 /// The table row.
@@ -35,13 +34,18 @@ struct NetlinkResources {
 
 impl Collector for NetlinkResources {
     fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
-        let summaries = match NldevClient::open().and_then(|mut c| c.resource_summary()) {
-            Ok(summaries) => summaries,
-            Err(e @ NldevError::NoRdma(_)) => {
-                tracing::debug!("{e}");
-                return Ok(());
-            }
-            Err(e) => return Err(e).context("RDMA netlink resource summary"),
+        self.update_shared(&Shared::default(), out)
+    }
+
+    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
+        let summaries = shared.netlink(|netlink| {
+            netlink
+                .client()
+                .resource_summary()
+                .context("RDMA netlink resource summary")
+        })?;
+        let Some(summaries) = summaries else {
+            return Ok(());
         };
         for summary in summaries.iter().filter(|s| self.filter.keeps(&s.dev_name)) {
             for (kind, count) in &summary.counts {
