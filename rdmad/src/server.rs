@@ -68,6 +68,7 @@ impl Exporter {
             filter: filter.clone(),
             enabled: settings.collectors.clone(),
             probes,
+            open_files: crate::collector::sysfs_open_files(),
         };
         Ok(Exporter {
             _probe_engine: probe_engine,

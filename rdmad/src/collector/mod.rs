@@ -28,13 +28,13 @@ pub mod trace;
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use anyhow::Context;
 use rdmakit::model::Snapshot;
 use rdmakit::nldev::{NlDevice, NldevClient, NldevError};
-use rdmakit::sysfs::{DeviceFilter, ReadOptions, SysfsReader};
+use rdmakit::sysfs::{DeviceFilter, OpenFiles, ReadOptions, SysfsReader};
 
 use crate::metrics::{Kind, MetricSet, Value};
 
@@ -211,6 +211,8 @@ pub struct CollectorConfig {
     pub enabled: Vec<&'static str>,
     /// The probe engine's results (`--probe.enable`; empty otherwise).
     pub probes: probes::ProbeSource,
+    /// Counter files the sysfs collectors keep open between scrapes ([`sysfs_open_files`]).
+    pub open_files: Arc<OpenFiles>,
 }
 
 impl CollectorConfig {
@@ -221,6 +223,7 @@ impl CollectorConfig {
             filter,
             enabled: TABLE.iter().map(|s| s.name).collect(),
             probes: probes::ProbeSource::default(),
+            open_files: sysfs_open_files(),
         }
     }
 
@@ -235,6 +238,35 @@ impl CollectorConfig {
             .with_filter(self.filter.clone())
             .with_options(options)
     }
+}
+
+/// The most counter files kept open between scrapes.
+pub const MAX_OPEN_FILES: usize = 65_536;
+
+/// The descriptor budget for counter files kept open between scrapes: the sysfs collectors
+/// re-read them with `pread` (fresh values, a third of the system calls of open, read and
+/// close; see `rdmakit::sysfs::OpenFiles`). Raises the soft `RLIMIT_NOFILE` to the hard one
+/// first (systemd's default soft limit is 1024; the hard one 524288) and takes half of it, at
+/// most [`MAX_OPEN_FILES`], leaving the rest to sockets and everything else; past the budget,
+/// files are opened and closed on every scrape as without it.
+pub fn sysfs_open_files() -> Arc<OpenFiles> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let mut soft = limit.current.unwrap_or(u64::MAX);
+    if limit.current < limit.maximum || limit.maximum.is_none() {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            soft = limit.maximum.unwrap_or(u64::MAX);
+        }
+    }
+    let budget = usize::try_from(soft / 2)
+        .unwrap_or(usize::MAX)
+        .min(MAX_OPEN_FILES);
+    tracing::debug!(budget, "counter files kept open between scrapes");
+    Arc::new(OpenFiles::new(budget))
 }
 
 /// The sysfs reader of `sysfs_info` and `sysfs_counters` (device filter applied).
@@ -253,7 +285,8 @@ pub(crate) fn sysfs_source(config: &CollectorConfig) -> SysfsSource {
                 gids: config.is_enabled(sysfs_info::SPEC.name),
                 counters: config.is_enabled(sysfs_counters::SPEC.name),
             })
-            .with_netdev_only_gids(),
+            .with_netdev_only_gids()
+            .with_open_files(Arc::clone(&config.open_files)),
     }
 }
 
@@ -435,11 +468,17 @@ mod tests {
         std::fs::create_dir_all(class.join("mlx5_1")).unwrap();
         std::fs::create_dir_all(class.join("mlx5_0")).unwrap();
         let shared = Shared::default();
-        assert_eq!(shared.sysfs_device_names(&root).unwrap(), ["mlx5_0", "mlx5_1"]);
+        assert_eq!(
+            shared.sysfs_device_names(&root).unwrap(),
+            ["mlx5_0", "mlx5_1"]
+        );
         // A device that appears during the scrape shows up in the next scrape, not this one.
         std::fs::create_dir_all(class.join("mlx5_2")).unwrap();
         assert_eq!(shared.sysfs_device_names(&root).unwrap().len(), 2);
-        assert_eq!(Shared::default().sysfs_device_names(&root).unwrap().len(), 3);
+        assert_eq!(
+            Shared::default().sysfs_device_names(&root).unwrap().len(),
+            3
+        );
         std::fs::remove_dir_all(&root).unwrap();
         // An unreadable class directory is an error for every collector that asks.
         std::fs::write(&root, "not a directory").unwrap();

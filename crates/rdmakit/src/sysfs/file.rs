@@ -4,13 +4,13 @@
 //! EOF (sysfs returns a whole attribute in the first read, at most one page). A file that
 //! fills more than [`READ_LIMIT`] bytes is refused. Files of a directory read whole (the
 //! counter directories) are opened relative to the directory's descriptor ([`open_dir`],
-//! [`AttrReader::read_at`]), so the kernel does not walk the path from the root each time.
+//! [`AttrReader::fill`]), so the kernel does not walk the path from the root each time.
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
-use rustix::fd::{BorrowedFd, OwnedFd};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{Dir, Mode, OFlags};
 use rustix::io::Errno;
 
@@ -62,22 +62,12 @@ impl AttrReader {
         Ok(&self.buf[..n])
     }
 
-    /// Like [`AttrReader::read`], for the file `name` of the directory `dir`.
-    pub(crate) fn read_at(
-        &mut self,
-        dir: BorrowedFd<'_>,
-        name: &str,
-    ) -> Result<&[u8], ReadFailure> {
-        let file = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|errno| {
-            if errno == Errno::NOENT {
-                ReadFailure::Missing
-            } else {
-                ReadFailure::Os(errno.into())
-            }
-        })?;
+    /// Read the open file `fd` from offset 0 (`pread`: a sysfs attribute runs its `show`
+    /// again, so a descriptor kept open gives fresh values); the length read, the bytes in
+    /// [`AttrReader::filled`].
+    pub(crate) fn fill(&mut self, fd: impl AsFd) -> Result<usize, ReadFailure> {
         let n = loop {
-            match rustix::io::read(&file, &mut self.buf[..]) {
+            match rustix::io::pread(&fd, &mut self.buf[..], 0) {
                 Ok(n) => break n,
                 Err(Errno::INTR) => continue,
                 Err(errno) => return Err(ReadFailure::Os(errno.into())),
@@ -86,8 +76,26 @@ impl AttrReader {
         if n > READ_LIMIT {
             return Err(ReadFailure::TooLarge);
         }
-        Ok(&self.buf[..n])
+        Ok(n)
     }
+
+    /// The first `n` bytes of the last [`AttrReader::fill`].
+    pub(crate) fn filled(&self, n: usize) -> &[u8] {
+        &self.buf[..n]
+    }
+}
+
+/// Open the file `name` of the directory `dir` for reading.
+pub(crate) fn open_at(dir: BorrowedFd<'_>, name: &str) -> Result<OwnedFd, ReadFailure> {
+    rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(
+        |errno| {
+            if errno == Errno::NOENT {
+                ReadFailure::Missing
+            } else {
+                ReadFailure::Os(errno.into())
+            }
+        },
+    )
 }
 
 /// The descriptor of the directory `path`, or `None` when it cannot be opened (the caller
@@ -103,7 +111,7 @@ pub(crate) fn open_dir_fd(path: &Path) -> Option<OwnedFd> {
 
 /// Open the directory `path` and list its entries (without `.` and `..`, names that are not
 /// UTF-8 skipped, unsorted). `Ok(None)` when it does not exist. The returned [`Dir`] keeps
-/// the descriptor for [`AttrReader::read_at`] (`Dir::fd`).
+/// the descriptor for [`AttrReader::fill`] (`Dir::fd`).
 pub(crate) fn open_dir(path: &Path) -> io::Result<Option<(Dir, Vec<String>)>> {
     let fd = match rustix::fs::open(
         path,

@@ -10,14 +10,16 @@ use crate::model::{
     Counter, CounterSource, Device, ErrorOrigin, Gid, Port, SourceError, SourceErrorKind,
 };
 use crate::sysfs::file::{self, AttrReader, ReadFailure, READ_LIMIT};
+use crate::sysfs::handles::{self, DirFiles, OpenFiles};
 use crate::sysfs::parse;
 use crate::sysfs::ReadOptions;
-use rustix::fd::{AsFd, BorrowedFd};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A path built by appending and removing whole components, kept as bytes: cheaper than
 /// `PathBuf::pop`, which re-parses components from the end on every call.
@@ -74,6 +76,8 @@ pub(crate) struct Walk<'r> {
     /// Find each port's netdev from `gid_attrs/ndevs/` alone (see
     /// [`crate::sysfs::SysfsReader::with_netdev_only_gids`]).
     netdev_only: bool,
+    /// Counter file descriptors kept between snapshots, and this snapshot's generation.
+    open_files: Option<(&'r OpenFiles, u64)>,
     pub(crate) errors: Vec<SourceError>,
 }
 
@@ -95,8 +99,16 @@ impl<'r> Walk<'r> {
             path: PathStack::new(class_dir),
             attr: AttrReader::new(),
             netdev_only: false,
+            open_files: None,
             errors: Vec::new(),
         }
+    }
+
+    /// Re-read counter files through descriptors kept in `open_files` (see
+    /// [`crate::sysfs::handles`]); `generation` is this snapshot's.
+    pub(crate) fn open_files(mut self, open_files: Option<(&'r OpenFiles, u64)>) -> Walk<'r> {
+        self.open_files = open_files;
+        self
     }
 
     /// Read GID tables only as far as the first netdev.
@@ -134,10 +146,10 @@ impl<'r> Walk<'r> {
     /// A text attribute of the current directory; `None` when absent, empty or failing.
     /// `dir` is the current directory's descriptor when it could be opened: the file is then
     /// opened relative to it instead of by its whole path.
-    fn text(&mut self, ctx: Ctx<'_>, dir: Option<BorrowedFd<'_>>, file: &str) -> Option<String> {
+    fn text(&mut self, ctx: Ctx<'_>, dir: Option<&mut AttrDir<'_>>, file: &str) -> Option<String> {
         self.path.push(file);
         let read = match dir {
-            Some(dir) => self.attr.read_at(dir, file),
+            Some(dir) => dir.read(&mut self.attr, file).map(|n| self.attr.filled(n)),
             None => self.attr.read(self.path.as_path()),
         };
         let result = match read {
@@ -166,7 +178,7 @@ impl<'r> Walk<'r> {
     fn parsed<T>(
         &mut self,
         ctx: Ctx<'_>,
-        dir: Option<BorrowedFd<'_>>,
+        dir: Option<&mut AttrDir<'_>>,
         file: &str,
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Option<T> {
@@ -234,6 +246,18 @@ impl<'r> Walk<'r> {
         }
     }
 
+    /// The kept descriptors of the current directory, opened as `fd`, for the attributes
+    /// `names` (sorted), when this walk keeps descriptors.
+    fn kept(
+        &self,
+        fd: Option<&OwnedFd>,
+        names: &[&str],
+    ) -> Option<(&'r OpenFiles, Arc<Mutex<DirFiles>>)> {
+        let (open_files, generation) = self.open_files?;
+        let entry = open_files.dir(self.path.as_path(), fd?, generation, names)?;
+        Some((open_files, entry))
+    }
+
     /// Read one device; the current path is the class directory. With `skip_port_hw`, the
     /// ports' `hw_counters/` directories are not read, except their `lifespan` file.
     pub(crate) fn device(&mut self, name: String, skip_port_hw: bool) -> Device {
@@ -244,13 +268,15 @@ impl<'r> Walk<'r> {
         };
         // When the directory cannot be opened, every read below fails by path and says why.
         let fd = file::open_dir_fd(self.path.as_path());
-        let dir = fd.as_ref().map(|fd| fd.as_fd());
-        let node_type = self.parsed(ctx, dir, "node_type", parse::parse_enumerated);
-        let node_guid = self.text(ctx, dir, "node_guid");
-        let sys_image_guid = self.text(ctx, dir, "sys_image_guid");
-        let fw_ver = self.text(ctx, dir, "fw_ver");
-        let hca_type = self.text(ctx, dir, "hca_type");
-        let board_id = self.text(ctx, dir, "board_id");
+        let kept = self.kept(fd.as_ref(), DEVICE_ATTRIBUTES);
+        let mut dir = AttrDir::new(fd.as_ref(), kept.as_ref());
+        let node_type = self.parsed(ctx, dir.as_mut(), "node_type", parse::parse_enumerated);
+        let node_guid = self.text(ctx, dir.as_mut(), "node_guid");
+        let sys_image_guid = self.text(ctx, dir.as_mut(), "sys_image_guid");
+        let fw_ver = self.text(ctx, dir.as_mut(), "fw_ver");
+        let hca_type = self.text(ctx, dir.as_mut(), "hca_type");
+        let board_id = self.text(ctx, dir.as_mut(), "board_id");
+        drop(dir);
         let parent = self.link_basename(ctx, "device");
         let driver = if parent.is_some() {
             self.path.push("device");
@@ -303,15 +329,17 @@ impl<'r> Walk<'r> {
             port: Some(num),
         };
         let fd = file::open_dir_fd(self.path.as_path());
-        let dir = fd.as_ref().map(|fd| fd.as_fd());
-        let state = self.parsed(ctx, dir, "state", parse::parse_enumerated);
-        let phys_state = self.parsed(ctx, dir, "phys_state", parse::parse_enumerated);
+        let kept = self.kept(fd.as_ref(), PORT_ATTRIBUTES);
+        let mut dir = AttrDir::new(fd.as_ref(), kept.as_ref());
+        let state = self.parsed(ctx, dir.as_mut(), "state", parse::parse_enumerated);
+        let phys_state = self.parsed(ctx, dir.as_mut(), "phys_state", parse::parse_enumerated);
         let rate = self
-            .text(ctx, dir, "rate")
+            .text(ctx, dir.as_mut(), "rate")
             .map(|text| parse::parse_rate(&text));
-        let link_layer = self.text(ctx, dir, "link_layer");
-        let lid = self.parsed(ctx, dir, "lid", parse::parse_lid);
-        let sm_lid = self.parsed(ctx, dir, "sm_lid", parse::parse_lid);
+        let link_layer = self.text(ctx, dir.as_mut(), "link_layer");
+        let lid = self.parsed(ctx, dir.as_mut(), "lid", parse::parse_lid);
+        let sm_lid = self.parsed(ctx, dir.as_mut(), "sm_lid", parse::parse_lid);
+        drop(dir);
         let (gids, netdev) = if !self.options.gids {
             (Vec::new(), None)
         } else if self.netdev_only {
@@ -526,8 +554,18 @@ impl<'r> Walk<'r> {
         // Sorted before reading, so counters and errors come out in a stable order.
         names.sort_unstable();
         out.reserve(names.len());
+        let kept = self.open_files.and_then(|(open_files, generation)| {
+            let entry = open_files.dir(self.path.as_path(), fd, generation, &names)?;
+            Some((open_files, entry))
+        });
+        let mut kept_files = kept.as_ref().map(|(_, entry)| handles::lock(entry));
         for name in names {
-            let problem = match self.attr.read_at(fd, &name) {
+            let cache = match (&kept, kept_files.as_deref_mut()) {
+                (Some((open_files, _)), Some(files)) => Some((*open_files, files)),
+                _ => None,
+            };
+            let read = read_counter(&mut self.attr, fd, &name, cache);
+            let problem = match read.map(|n| self.attr.filled(n)) {
                 Ok(bytes) => match parse::parse_u64(bytes) {
                     Some(value) => {
                         out.push(Counter::new(name, source, value));
@@ -558,6 +596,73 @@ impl<'r> Walk<'r> {
         }
         self.path.pop();
     }
+}
+
+/// The attribute files read from a device directory, sorted.
+const DEVICE_ATTRIBUTES: &[&str] = &[
+    "board_id",
+    "fw_ver",
+    "hca_type",
+    "node_guid",
+    "node_type",
+    "sys_image_guid",
+];
+
+/// The attribute files read from a port directory, sorted.
+const PORT_ATTRIBUTES: &[&str] = &["lid", "link_layer", "phys_state", "rate", "sm_lid", "state"];
+
+/// A directory whose attributes are read by name: its descriptor, and the descriptors kept
+/// for its files when the walk keeps them.
+struct AttrDir<'a> {
+    fd: BorrowedFd<'a>,
+    kept: Option<(&'a OpenFiles, MutexGuard<'a, DirFiles>)>,
+}
+
+impl<'a> AttrDir<'a> {
+    /// `None` when the directory could not be opened (its files are then read by path).
+    fn new(
+        fd: Option<&'a OwnedFd>,
+        kept: Option<&'a (&'a OpenFiles, Arc<Mutex<DirFiles>>)>,
+    ) -> Option<AttrDir<'a>> {
+        Some(AttrDir {
+            fd: fd?.as_fd(),
+            kept: kept.map(|(open_files, entry)| (*open_files, handles::lock(entry))),
+        })
+    }
+
+    /// Read the file `name` into `attr`; the length read.
+    fn read(&mut self, attr: &mut AttrReader, name: &str) -> Result<usize, ReadFailure> {
+        let cache = self
+            .kept
+            .as_mut()
+            .map(|(open_files, files)| (*open_files, &mut **files));
+        read_counter(attr, self.fd, name, cache)
+    }
+}
+
+/// Read the counter file `name` of `dir` into `attr`: through its kept descriptor when there
+/// is one in `cache` (dropped if it fails, and the file read afresh), else by opening it
+/// (and keeping the descriptor when there is a cache with room).
+fn read_counter(
+    attr: &mut AttrReader,
+    dir: BorrowedFd<'_>,
+    name: &str,
+    cache: Option<(&OpenFiles, &mut DirFiles)>,
+) -> Result<usize, ReadFailure> {
+    let Some((open_files, files)) = cache else {
+        let fd = file::open_at(dir, name)?;
+        return attr.fill(&fd);
+    };
+    if let Some(fd) = files.get(name) {
+        if let Ok(n) = attr.fill(fd) {
+            return Ok(n);
+        }
+        open_files.forget(files, name);
+    }
+    let fd = file::open_at(dir, name)?;
+    let n = attr.fill(&fd)?;
+    open_files.keep(files, name, fd);
+    Ok(n)
 }
 
 /// EINVAL, ENODATA, ENODEV: what the kernel answers for a GID attribute of an unpopulated
