@@ -1,12 +1,19 @@
 //! The live suite lives in `tests/`; this library only holds helpers shared by its tests:
 //! running the real rdma-core tools inside the lab and parsing what they print
-//! (`ibv_devinfo -v`), and locating the project's binaries (`rdmactl`).
+//! (`ibv_devinfo -v`, `rdma -j`), locating the project's binaries (`rdmactl`, `rdmad`),
+//! running rdmad on a loopback port and parsing what it serves (the Prometheus text
+//! exposition).
 #![forbid(unsafe_code)]
 
+use serde_json::Value;
 use std::collections::BTreeMap;
-use std::net::Ipv6Addr;
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv6Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 /// One GID line of `ibv_devinfo -v`: `GID[  1]:  ::ffff:10.0.2.15, RoCE v2`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,6 +243,266 @@ pub fn perftest_between_veth_devices(tool: &str, args: &[&str]) -> PerftestRun {
     PerftestRun { client, server }
 }
 
+/// Run `CMD ARGS`, require exit 0 and parse its stdout as JSON. Every failure fails the test
+/// with the command line: it cannot start, exits non-zero (its stdout and stderr are shown),
+/// or prints something that is not JSON.
+pub fn command_json(cmd: impl AsRef<OsStr>, args: &[&str]) -> Value {
+    let cmd = cmd.as_ref();
+    let line = format!("{} {}", cmd.to_string_lossy(), args.join(" "));
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("FAIL: cannot run `{line}`: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "FAIL: `{line}` failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("FAIL: `{line}` did not print JSON ({e}):\n{stdout}"))
+}
+
+/// `rdma -j ARGS` (iproute2's RDMA tool, e.g. `rdma_json(&["res", "show", "qp"])`), parsed;
+/// fails the test as [`command_json`] does.
+pub fn rdma_json(args: &[&str]) -> Value {
+    let mut all = vec!["-j"];
+    all.extend_from_slice(args);
+    command_json("rdma", &all)
+}
+
+/// `rdmactl ARGS --json` (the binary under test, [`rdmactl_bin`]; e.g.
+/// `rdmactl_json(&["resources", "qp"])`), parsed; fails the test as [`command_json`] does.
+pub fn rdmactl_json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    command_json(rdmactl_bin(), &all)
+}
+
+/// The rdmad binary under test: `$RDMAD_BIN`, else `/opt/rdma/bin/rdmad` (the lab path).
+pub fn rdmad_bin() -> PathBuf {
+    std::env::var_os("RDMAD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/rdma/bin/rdmad"))
+}
+
+/// Parse a Prometheus text exposition (what rdmad serves on `/metrics` and prints with
+/// `--once`): series (metric name and labels exactly as printed, e.g.
+/// `rdma_port_state_id{device="rxe0",port="1"}`) -> value. Comment lines (`# HELP`,
+/// `# TYPE`) and blank lines are skipped. The value is the last space-separated word (rdmad
+/// prints no timestamps), so label values may hold spaces and escaped quotes. A line without
+/// a value, or with a value that is not a number, is an error.
+pub fn parse_exposition(text: &str) -> Result<BTreeMap<String, f64>, String> {
+    let mut series = BTreeMap::new();
+    for (lineno, line) in text.lines().enumerate() {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let (name, value) = line
+            .rsplit_once(' ')
+            .ok_or_else(|| format!("line {}: malformed sample line {line:?}", lineno + 1))?;
+        let value: f64 = value
+            .parse()
+            .map_err(|_| format!("line {}: bad value in {line:?}", lineno + 1))?;
+        series.insert(name.to_string(), value);
+    }
+    Ok(series)
+}
+
+/// The answer to one [`http_get`].
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    /// The status line (`HTTP/1.1 200 OK`).
+    pub status: String,
+    /// The header lines, lowercased (`content-type: text/plain; version=0.0.4`).
+    pub headers: String,
+    /// The body.
+    pub body: String,
+}
+
+impl HttpResponse {
+    /// True when the status line is `HTTP/1.1 200 ...`.
+    pub fn is_ok(&self) -> bool {
+        self.status.starts_with("HTTP/1.1 200")
+    }
+}
+
+/// `GET PATH` from `127.0.0.1:PORT` over HTTP/1.1 (`Connection: close`, 30 s read timeout).
+pub fn http_get(port: u16, path: &str) -> std::io::Result<HttpResponse> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no HTTP header end"))?;
+    let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+    Ok(HttpResponse {
+        status: status.to_string(),
+        headers: headers.to_ascii_lowercase(),
+        body: body.to_string(),
+    })
+}
+
+/// One scrape of rdmad's `/metrics`.
+#[derive(Debug, Clone)]
+pub struct Scrape {
+    /// The response's header lines, lowercased.
+    pub headers: String,
+    /// Series -> value ([`parse_exposition`]).
+    pub series: BTreeMap<String, f64>,
+    /// The exposition as served.
+    pub text: String,
+}
+
+impl Scrape {
+    /// The value of `series` (name and labels as printed), if it was served.
+    pub fn sample(&self, series: &str) -> Option<f64> {
+        self.series.get(series).copied()
+    }
+}
+
+/// How [`Rdmad::start_with`] runs rdmad.
+#[derive(Debug, Clone, Copy)]
+pub struct RdmadOptions {
+    /// `RDMAD_LOG` (`info` by default).
+    pub log_level: &'static str,
+    /// Deliver rdmad's stderr lines on [`Rdmad::log`] (each still echoed to the test's
+    /// stderr as `rdmad: LINE`) instead of leaving rdmad the test's stderr (the default).
+    pub capture_log: bool,
+    /// How long rdmad may take to answer `/healthz` before the test fails (30 s by default).
+    pub startup: Duration,
+}
+
+impl Default for RdmadOptions {
+    fn default() -> Self {
+        RdmadOptions {
+            log_level: "info",
+            capture_log: false,
+            startup: Duration::from_secs(30),
+        }
+    }
+}
+
+/// rdmad ([`rdmad_bin`]) serving on a free loopback port; killed on drop.
+#[derive(Debug)]
+pub struct Rdmad {
+    child: Child,
+    port: u16,
+    log: Option<mpsc::Receiver<String>>,
+}
+
+impl Rdmad {
+    /// [`Rdmad::start_with`] the default [`RdmadOptions`].
+    pub fn start(extra: &[&str]) -> Rdmad {
+        Rdmad::start_with(extra, RdmadOptions::default())
+    }
+
+    /// Start rdmad with `--web.listen-address=127.0.0.1:PORT` (a free port) and the `extra`
+    /// arguments, and wait until `/healthz` answers 200 `ok`. Fails the test when rdmad
+    /// cannot start, exits before answering, or does not answer within `opts.startup`.
+    pub fn start_with(extra: &[&str], opts: RdmadOptions) -> Rdmad {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        let line = format!("{} {}", rdmad_bin().display(), extra.join(" "));
+        let mut child = Command::new(rdmad_bin())
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(extra)
+            .env("RDMAD_LOG", opts.log_level)
+            .stdout(Stdio::null())
+            .stderr(if opts.capture_log {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
+            .spawn()
+            .unwrap_or_else(|e| panic!("FAIL: cannot start `{line}`: {e}"));
+        let log = child.stderr.take().map(|stderr| {
+            let (tx, rx) = mpsc::channel();
+            // Reads to the end even when nobody listens, so rdmad never blocks on the pipe.
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    eprintln!("rdmad: {line}");
+                    let _ = tx.send(line);
+                }
+            });
+            rx
+        });
+        let mut rdmad = Rdmad { child, port, log };
+        let deadline = Instant::now() + opts.startup;
+        loop {
+            if matches!(rdmad.get("/healthz"), Ok(r) if r.is_ok() && r.body == "ok\n") {
+                return rdmad;
+            }
+            if let Ok(Some(status)) = rdmad.child.try_wait() {
+                panic!("FAIL: `{line}` exited at startup with {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "FAIL: `{line}` did not answer /healthz on port {port} within {} s",
+                opts.startup.as_secs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The loopback port rdmad serves on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// [`http_get`] `path` from this rdmad.
+    pub fn get(&self, path: &str) -> std::io::Result<HttpResponse> {
+        http_get(self.port, path)
+    }
+
+    /// Scrape `/metrics`: an error when the GET fails or does not answer 200. A malformed
+    /// exposition fails the test.
+    pub fn try_scrape(&self) -> std::io::Result<Scrape> {
+        let r = self.get("/metrics")?;
+        if !r.is_ok() {
+            return Err(std::io::Error::other(format!(
+                "/metrics answered {}",
+                r.status
+            )));
+        }
+        let series = parse_exposition(&r.body)
+            .unwrap_or_else(|e| panic!("FAIL: /metrics of rdmad on port {}: {e}", self.port));
+        Ok(Scrape {
+            headers: r.headers,
+            series,
+            text: r.body,
+        })
+    }
+
+    /// Scrape `/metrics`; any failure fails the test.
+    pub fn scrape(&self) -> Scrape {
+        self.try_scrape()
+            .unwrap_or_else(|e| panic!("FAIL: GET /metrics: {e}"))
+    }
+
+    /// rdmad's stderr lines, when started with [`RdmadOptions::capture_log`].
+    pub fn log(&self) -> &mpsc::Receiver<String> {
+        self.log
+            .as_ref()
+            .expect("rdmad was started without RdmadOptions::capture_log")
+    }
+}
+
+impl Drop for Rdmad {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,5 +563,71 @@ mod tests {
         assert!(parse_devinfo("state: PORT_ACTIVE (4)\n").is_err());
         assert_eq!(paren_code("LINK_UP (5)"), Some(5));
         assert_eq!(paren_code("Ethernet"), None);
+    }
+
+    /// Shaped like rdmad's `/metrics`: HELP and TYPE comments, labels (one value with a
+    /// space and escaped quotes), a histogram, a series without labels and a blank line.
+    const EXPOSITION: &str = r#"# HELP rdma_port_info Port attributes (value 1).
+# TYPE rdma_port_info gauge
+rdma_port_info{device="rxe0",port="1",netdev="eth0",state="ACTIVE"} 1
+# TYPE rdma_note gauge
+rdma_note{device="rxe0",text="a \"quoted\" word"} 2
+# HELP rdma_probe_latency_seconds Probe latency.
+# TYPE rdma_probe_latency_seconds histogram
+rdma_probe_latency_seconds_bucket{device="rxe0",op="send",le="0.0001"} 3
+rdma_probe_latency_seconds_bucket{device="rxe0",op="send",le="+Inf"} 5
+rdma_probe_latency_seconds_sum{device="rxe0",op="send"} 1.25e-4
+rdma_probe_latency_seconds_count{device="rxe0",op="send"} 5
+
+rdma_probe_rounds_total 7
+"#;
+
+    #[test]
+    fn parses_an_exposition_into_series_and_values() {
+        let series = parse_exposition(EXPOSITION).unwrap();
+        let want: BTreeMap<String, f64> = [
+            (
+                r#"rdma_port_info{device="rxe0",port="1",netdev="eth0",state="ACTIVE"}"#,
+                1.0,
+            ),
+            (r#"rdma_note{device="rxe0",text="a \"quoted\" word"}"#, 2.0),
+            (
+                r#"rdma_probe_latency_seconds_bucket{device="rxe0",op="send",le="0.0001"}"#,
+                3.0,
+            ),
+            (
+                r#"rdma_probe_latency_seconds_bucket{device="rxe0",op="send",le="+Inf"}"#,
+                5.0,
+            ),
+            (
+                r#"rdma_probe_latency_seconds_sum{device="rxe0",op="send"}"#,
+                1.25e-4,
+            ),
+            (
+                r#"rdma_probe_latency_seconds_count{device="rxe0",op="send"}"#,
+                5.0,
+            ),
+            ("rdma_probe_rounds_total", 7.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(series, want);
+        let scrape = Scrape {
+            headers: String::new(),
+            series,
+            text: EXPOSITION.to_string(),
+        };
+        assert_eq!(scrape.sample("rdma_probe_rounds_total"), Some(7.0));
+        assert_eq!(scrape.sample("rdma_port_info"), None);
+    }
+
+    #[test]
+    fn malformed_sample_lines_are_errors() {
+        let err = parse_exposition("# TYPE x gauge\nx\n").unwrap_err();
+        assert!(err.contains("line 2") && err.contains("malformed"), "{err}");
+        let err = parse_exposition("x{a=\"b\"} one\n").unwrap_err();
+        assert!(err.contains("bad value"), "{err}");
+        assert_eq!(parse_exposition("").unwrap(), BTreeMap::new());
     }
 }

@@ -13,11 +13,11 @@
 //! the next scrape and the log says `device rxe9 removed`. The tests of this file take one
 //! lock, so no other test sees rxe9 come and go.
 
+use live_tests::{parse_exposition, rdmad_bin, Rdmad, RdmadOptions, Scrape};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -33,120 +33,12 @@ fn lock() -> MutexGuard<'static, ()> {
 const CLASS: &str = "/sys/class/infiniband";
 const LAB_DEVICES: [&str; 3] = ["rxe0", "rxe_a", "rxe_b"];
 
-fn rdmad_bin() -> PathBuf {
-    std::env::var_os("RDMAD_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/rdma/bin/rdmad"))
-}
-
-/// rdmad serving on a free loopback port; killed on drop.
-struct Rdmad {
-    child: Child,
-    port: u16,
-}
-
-impl Rdmad {
-    fn start(extra: &[&str]) -> Rdmad {
-        Rdmad::spawn(extra, "warn", Stdio::inherit())
-    }
-
-    /// rdmad logging at info level; its stderr lines arrive on the returned channel.
-    fn start_logging(extra: &[&str]) -> (Rdmad, mpsc::Receiver<String>) {
-        let mut rdmad = Rdmad::spawn(extra, "info", Stdio::piped());
-        let stderr = rdmad.child.stderr.take().expect("piped stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("rdmad: {line}");
-                let _ = tx.send(line);
-            }
-        });
-        (rdmad, rx)
-    }
-
-    fn spawn(extra: &[&str], log: &str, stderr: Stdio) -> Rdmad {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free loopback port");
-        let child = Command::new(rdmad_bin())
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .args(extra)
-            .env("RDMAD_LOG", log)
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap_or_else(|e| panic!("FAIL: cannot start {}: {e}", rdmad_bin().display()));
-        let rdmad = Rdmad { child, port };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok((status, _, body)) = rdmad.try_get("/healthz") {
-                if status.contains("200") && body == "ok\n" {
-                    return rdmad;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "FAIL: rdmad did not answer /healthz on port {port} within 20 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn try_get(&self, path: &str) -> std::io::Result<(String, String, String)> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
-        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        let (head, body) = response
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| std::io::Error::other("no HTTP header end"))?;
-        let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
-        Ok((
-            status.to_string(),
-            headers.to_ascii_lowercase(),
-            body.to_string(),
-        ))
-    }
-
-    /// Scrape /metrics: (content-type header block, series -> value, raw text).
-    fn scrape(&self) -> (String, BTreeMap<String, f64>, String) {
-        let (status, headers, body) = self
-            .try_get("/metrics")
-            .unwrap_or_else(|e| panic!("FAIL: GET /metrics: {e}"));
-        assert!(status.contains("200"), "FAIL: /metrics answered {status}");
-        (headers, parse_exposition(&body), body)
-    }
-}
-
-impl Drop for Rdmad {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Series (name and labels exactly as printed) -> value.
-fn parse_exposition(text: &str) -> BTreeMap<String, f64> {
-    let mut series = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-    {
-        let (name, value) = line
-            .rsplit_once(' ')
-            .unwrap_or_else(|| panic!("FAIL: malformed sample line {line:?}"));
-        let value: f64 = value
-            .parse()
-            .unwrap_or_else(|_| panic!("FAIL: bad value in {line:?}"));
-        series.insert(name.to_string(), value);
-    }
-    series
-}
+/// rdmad for these tests: quiet (`RDMAD_LOG=warn`), answering /healthz within 20 s.
+const RDMAD: RdmadOptions = RdmadOptions {
+    log_level: "warn",
+    capture_log: false,
+    startup: Duration::from_secs(20),
+};
 
 /// Every hw counter file of every port: (device, port, file) -> raw value.
 fn read_hw_counters() -> BTreeMap<(String, String, String), u64> {
@@ -204,8 +96,12 @@ fn assert_lab_devices_present() {
 fn port_info_for_every_lab_device() {
     let _devices = lock();
     assert_lab_devices_present();
-    let rdmad = Rdmad::start(&[]);
-    let (headers, series, text) = rdmad.scrape();
+    let rdmad = Rdmad::start_with(&[], RDMAD);
+    let Scrape {
+        headers,
+        series,
+        text,
+    } = rdmad.scrape();
     assert!(
         headers.contains("content-type: text/plain; version=0.0.4"),
         "FAIL: wrong content type: {headers}"
@@ -243,14 +139,14 @@ fn port_info_for_every_lab_device() {
 fn every_hw_counter_file_has_a_series_with_its_value() {
     let _devices = lock();
     assert_lab_devices_present();
-    let rdmad = Rdmad::start(&[]);
+    let rdmad = Rdmad::start_with(&[], RDMAD);
     // Counters may move between the sysfs read and the scrape: compare only files that did
     // not change across the scrape, and retry until every file was stable once.
     let mut unchecked: Option<Vec<String>> = None;
     let mut checked = 0usize;
     for _attempt in 0..5 {
         let before = read_hw_counters();
-        let (_, series, _) = rdmad.scrape();
+        let series = rdmad.scrape().series;
         let after = read_hw_counters();
         assert!(
             before.len() >= 3 * 16,
@@ -299,8 +195,8 @@ fn counter(series: &BTreeMap<String, f64>, device: &str, file: &str) -> f64 {
 fn packet_counters_grow_under_traffic() {
     let _devices = lock();
     assert_lab_devices_present();
-    let rdmad = Rdmad::start(&[]);
-    let (_, before, _) = rdmad.scrape();
+    let rdmad = Rdmad::start_with(&[], RDMAD);
+    let before = rdmad.scrape().series;
     let common = ["-x", "1", "-s", "4096", "-n", "200"];
     let mut server = Command::new("timeout")
         .args(["60", "ib_write_bw", "-d", "rxe_a"])
@@ -328,7 +224,7 @@ fn packet_counters_grow_under_traffic() {
         String::from_utf8_lossy(&client.stdout),
         String::from_utf8_lossy(&client.stderr)
     );
-    let (_, after, _) = rdmad.scrape();
+    let after = rdmad.scrape().series;
     for device in ["rxe_a", "rxe_b"] {
         for file in ["sent_pkts", "rcvd_pkts"] {
             let (b, a) = (
@@ -371,8 +267,8 @@ fn excluded_devices_are_not_exported() {
 fn resource_counts_match_rdma_resource_show() {
     let _devices = lock();
     assert_lab_devices_present();
-    let rdmad = Rdmad::start(&[]);
-    let (_, series, _) = rdmad.scrape();
+    let rdmad = Rdmad::start_with(&[], RDMAD);
+    let series = rdmad.scrape().series;
     let out = Command::new("rdma")
         .args(["resource", "show"])
         .output()
@@ -483,13 +379,21 @@ fn devices_added_and_deleted_at_run_time() {
         !Path::new(CLASS).join("rxe9").exists(),
         "FAIL: rxe9 exists before the test"
     );
-    let (rdmad, log) = Rdmad::start_logging(&[]);
-    let (_, before, _) = rdmad.scrape();
+    let rdmad = Rdmad::start_with(
+        &[],
+        RdmadOptions {
+            log_level: "info",
+            capture_log: true,
+            ..RDMAD
+        },
+    );
+    let log = rdmad.log();
+    let before = rdmad.scrape().series;
     assert!(rxe9_series(&before).is_empty());
 
     let hotplug = HotplugDevice::add();
-    wait_for_log(&log, "device rxe9 added");
-    let (_, with, _) = rdmad.scrape();
+    wait_for_log(log, "device rxe9 added");
+    let with = rdmad.scrape().series;
     let added = rxe9_series(&with);
     for want in [
         "rdma_port_hw_sent_pkts_total{device=\"rxe9\",port=\"1\"}",
@@ -508,8 +412,8 @@ fn devices_added_and_deleted_at_run_time() {
     );
 
     sh(&["rdma", "link", "delete", "rxe9"]);
-    wait_for_log(&log, "device rxe9 removed");
-    let (_, after, _) = rdmad.scrape();
+    wait_for_log(log, "device rxe9 removed");
+    let after = rdmad.scrape().series;
     assert_eq!(
         rxe9_series(&after),
         Vec::<String>::new(),
@@ -556,6 +460,7 @@ fn netlink_and_sysfs_agree_and_no_qp_counters_without_counter_mode() {
         .expect("FAIL: rdmad --once runs");
     let names = |out: &std::process::Output| -> Vec<String> {
         parse_exposition(&String::from_utf8_lossy(&out.stdout))
+            .unwrap_or_else(|e| panic!("FAIL: rdmad --once: {e}"))
             .into_keys()
             .filter(|k| k.starts_with("rdma_port_hw_") && !k.contains("lifespan"))
             .collect()

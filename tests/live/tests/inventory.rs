@@ -10,11 +10,10 @@
 //! No device is a failure, never a skip.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use live_tests::{perftest_between_veth_devices, rdmactl_bin};
+use live_tests::{perftest_between_veth_devices, rdma_json, rdmactl_json};
 use rdma_verbs::{AccessFlags, Context, GidType, QpState, QueuePair, RtrParams, RtsParams};
 use rdmakit::catalog::Catalog;
 use rdmakit::doctor::family_of;
@@ -26,19 +25,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn json_of(cmd: &str, args: &[&str]) -> Value {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
-    assert!(out.status.success(), "{cmd} {args:?} failed: {out:?}");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{cmd} {args:?}: {e}"))
-}
-
-fn rdmactl(args: &[&str]) -> Value {
-    json_of(rdmactl_bin().to_str().expect("utf-8 path"), args)
 }
 
 fn lab_devices() -> Vec<String> {
@@ -88,10 +74,7 @@ fn traffic() {
 /// (device, port, counter) -> value, from `rdma -j statistic show`.
 fn rdma_statistics() -> BTreeMap<(String, u64, String), u64> {
     let mut out = BTreeMap::new();
-    for link in json_of("rdma", &["-j", "statistic", "show"])
-        .as_array()
-        .expect("array")
-    {
+    for link in rdma_json(&["statistic", "show"]).as_array().expect("array") {
         let dev = link["ifname"].as_str().expect("ifname").to_string();
         let port = link["port"].as_u64().expect("port");
         for (k, v) in link.as_object().expect("object") {
@@ -107,7 +90,7 @@ fn rdma_statistics() -> BTreeMap<(String, u64, String), u64> {
 /// PMA counters, and rxe has none anyway).
 fn rdmactl_counters() -> BTreeMap<(String, u64, String), u64> {
     let mut out = BTreeMap::new();
-    let snap = rdmactl(&["counters", "--json"]);
+    let snap = rdmactl_json(&["counters"]);
     for dev in snap["devices"].as_array().expect("devices") {
         let name = dev["name"].as_str().expect("name").to_string();
         for port in dev["ports"].as_array().expect("ports") {
@@ -217,8 +200,8 @@ fn resources_qp_json_equals_rdma_res_show_qp_in_init_rtr_and_rts() {
     assert_eq!(rtr_qp.state().unwrap(), QpState::Rtr);
     assert_eq!(rts_qp.state().unwrap(), QpState::Rts);
 
-    let ours = rdmactl(&["resources", "qp", "--json"]);
-    let theirs = json_of("rdma", &["-j", "res", "show", "qp"]);
+    let ours = rdmactl_json(&["resources", "qp"]);
+    let theirs = rdma_json(&["res", "show", "qp"]);
     let (ours, theirs) = (ours.as_array().unwrap(), theirs.as_array().unwrap());
     assert_eq!(ours.len(), theirs.len(), "ours {ours:?}\ntheirs {theirs:?}");
     let pairs = [

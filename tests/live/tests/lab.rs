@@ -4,7 +4,7 @@
 //!
 //! No device is a failure, never a skip.
 
-use live_tests::perftest_between_veth_devices;
+use live_tests::{perftest_between_veth_devices, rdma_json, rdmad_bin};
 use std::process::Command;
 
 fn sysfs_state(dev: &str) -> String {
@@ -19,13 +19,7 @@ fn rxe0_is_active_on_eth0() {
         sysfs_state("rxe0").contains("ACTIVE"),
         "rxe0 port 1 not ACTIVE"
     );
-    let out = Command::new("rdma")
-        .args(["-j", "link", "show"])
-        .output()
-        .expect("run rdma -j link show");
-    assert!(out.status.success(), "rdma link show failed: {out:?}");
-    let links: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("rdma -j link show prints JSON");
+    let links = rdma_json(&["link", "show"]);
     let rxe0 = links
         .as_array()
         .and_then(|a| a.iter().find(|l| l["ifname"] == "rxe0"))
@@ -63,11 +57,11 @@ fn veth_pair_devices_pass_rdma_write_traffic() {
 
 #[test]
 fn rdmad_once_sees_every_lab_device() {
-    let bin = std::env::var("RDMAD_BIN").unwrap_or_else(|_| "/opt/rdma/bin/rdmad".into());
+    let bin = rdmad_bin();
     let out = Command::new(&bin)
         .arg("--once")
         .output()
-        .unwrap_or_else(|e| panic!("run {bin}: {e}"));
+        .unwrap_or_else(|e| panic!("run {}: {e}", bin.display()));
     assert!(out.status.success(), "rdmad --once failed: {out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     let devices = std::fs::read_dir("/sys/class/infiniband")

@@ -7,7 +7,7 @@
 //! No device is a failure, never a skip. Tests take a global lock: they create QPs, traffic
 //! and devices that would disturb each other's comparisons.
 
-use live_tests::rdmactl_bin;
+use live_tests::{rdma_json, rdmactl_bin, rdmactl_json};
 use rdmakit::nldev::{format_guid, NldevClient};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -24,16 +24,6 @@ fn serial() -> MutexGuard<'static, ()> {
 
 fn client() -> NldevClient {
     NldevClient::open().unwrap_or_else(|e| panic!("FAIL: no RDMA netlink in the lab: {e}"))
-}
-
-fn rdma_json(args: &[&str]) -> Value {
-    let out = Command::new("rdma")
-        .arg("-j")
-        .args(args)
-        .output()
-        .expect("run rdma");
-    assert!(out.status.success(), "rdma -j {args:?} failed: {out:?}");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("rdma -j {args:?}: {e}"))
 }
 
 /// Kill a helper process on drop so a failed assertion never leaves a server behind.
@@ -225,15 +215,6 @@ fn resource_summary_equals_rdma_res_show() {
     }
 }
 
-fn rdmactl_json(args: &[&str]) -> Value {
-    let out = Command::new(rdmactl_bin())
-        .args(args)
-        .output()
-        .expect("run rdmactl");
-    assert!(out.status.success(), "rdmactl {args:?} failed: {out:?}");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("rdmactl {args:?}: {e}"))
-}
-
 /// Start `ibv_rc_pingpong` servers (they wait for a client, holding an RC QP in INIT) and
 /// wait until their QPs are visible.
 fn hold_qps() -> (Reaper, u32) {
@@ -277,7 +258,7 @@ fn hold_qps() -> (Reaper, u32) {
 fn rdmactl_resources_qp_json_equals_rdma_res_show_qp() {
     let _g = serial();
     let (_server, pid) = hold_qps();
-    let ours = rdmactl_json(&["resources", "qp", "--json"]);
+    let ours = rdmactl_json(&["resources", "qp"]);
     let theirs = rdma_json(&["res", "show", "qp"]);
     let (ours, theirs) = (ours.as_array().unwrap(), theirs.as_array().unwrap());
     assert!(
@@ -312,11 +293,11 @@ fn rdmactl_resources_qp_json_equals_rdma_res_show_qp() {
     assert_eq!(user[0]["state"], "INIT");
     assert_eq!(user[0]["qp_type"], "RC");
 
-    let filtered = rdmactl_json(&["resources", "qp", "--pid", &pid.to_string(), "--json"]);
+    let filtered = rdmactl_json(&["resources", "qp", "--pid", &pid.to_string()]);
     assert_eq!(filtered.as_array().unwrap().len(), 1, "{filtered}");
 
     // The pingpong server registered an MR: its keys never appear in our output.
-    let mrs = rdmactl_json(&["resources", "mr", "--json"]);
+    let mrs = rdmactl_json(&["resources", "mr"]);
     let theirs_mr = rdma_json(&["res", "show", "mr"]);
     assert_eq!(
         mrs.as_array().unwrap().len(),
@@ -342,7 +323,7 @@ fn rdmactl_resources_qp_json_equals_rdma_res_show_qp() {
         "{text}"
     );
 
-    let summary = rdmactl_json(&["resources", "--json"]);
+    let summary = rdmactl_json(&["resources"]);
     let theirs = rdma_json(&["res", "show"]);
     for (o, t) in summary
         .as_array()

@@ -97,9 +97,7 @@ fn mr_registration_is_timed_for_4k_to_64m() {
 
 /// (pd, cq, qp, mr) of `device` from `rdma -j res show`.
 fn resources(device: &str) -> (u64, u64, u64, u64) {
-    let out = live_tests::run("rdma", &["-j", "res", "show"]).expect("rdma");
-    assert!(out.status.success(), "rdma -j res show: {:?}", out);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("rdma JSON");
+    let v = live_tests::rdma_json(&["res", "show"]);
     let entry = v
         .as_array()
         .and_then(|a| a.iter().find(|e| e["ifname"] == device))

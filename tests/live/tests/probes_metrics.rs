@@ -9,100 +9,9 @@
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use live_tests::LAB_DEVICE;
-
-fn rdmad_bin() -> PathBuf {
-    std::env::var_os("RDMAD_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/rdma/bin/rdmad"))
-}
-
-/// rdmad serving on a free loopback port; killed on drop.
-struct Rdmad {
-    child: Child,
-    port: u16,
-}
-
-impl Rdmad {
-    fn start(extra: &[&str]) -> Rdmad {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free loopback port");
-        let child = Command::new(rdmad_bin())
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .args(extra)
-            .env("RDMAD_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("FAIL: cannot start {}: {e}", rdmad_bin().display()));
-        let mut rdmad = Rdmad { child, port };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(body) = rdmad.get("/healthz") {
-                if body == "ok\n" {
-                    return rdmad;
-                }
-            }
-            if let Ok(Some(status)) = rdmad.child.try_wait() {
-                panic!("FAIL: rdmad exited at startup with {status}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "FAIL: rdmad did not answer /healthz on port {port} within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn get(&self, path: &str) -> std::io::Result<String> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
-        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        let (head, body) = response
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| std::io::Error::other("no HTTP header end"))?;
-        if !head.starts_with("HTTP/1.1 200") {
-            return Err(std::io::Error::other(format!("{path}: {head}")));
-        }
-        Ok(body.to_string())
-    }
-}
-
-impl Drop for Rdmad {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Series (name and labels exactly as printed) -> value.
-fn parse_exposition(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|line| {
-            let (name, value) = line
-                .rsplit_once(' ')
-                .unwrap_or_else(|| panic!("FAIL: malformed sample line {line:?}"));
-            let value: f64 = value
-                .parse()
-                .unwrap_or_else(|_| panic!("FAIL: bad value in {line:?}"));
-            (name.to_string(), value)
-        })
-        .collect()
-}
+use live_tests::{Rdmad, LAB_DEVICE};
 
 const OPS: [&str; 3] = ["send", "write", "read"];
 
@@ -136,10 +45,8 @@ fn probes_collector_exports_latency_histograms_for_rxe0() {
     // A few rounds: under qemu TCG one round of three ops takes well under 10 s.
     let deadline = Instant::now() + Duration::from_secs(120);
     let (series, body) = loop {
-        let body = rdmad
-            .get("/metrics")
-            .unwrap_or_else(|e| panic!("FAIL: GET /metrics: {e}"));
-        let series = parse_exposition(&body);
+        let scrape = rdmad.scrape();
+        let (series, body) = (scrape.series, scrape.text);
         let rounds = series
             .get("rdma_probe_rounds_total")
             .copied()
@@ -230,10 +137,7 @@ fn wait_for(
 ) -> BTreeMap<String, f64> {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        let series = rdmad
-            .get("/metrics")
-            .map(|b| parse_exposition(&b))
-            .unwrap_or_default();
+        let series = rdmad.try_scrape().map(|s| s.series).unwrap_or_default();
         if done(&series) {
             return series;
         }

@@ -8,7 +8,7 @@
 //!
 //! Needs an rdmactl built with `--features bpf` (and verbs) and rxe0, rxe_a, rxe_b (the
 //! `lab test` boot has all three). A missing device or a tracer that cannot start fails.
-use live_tests::{rdmactl_bin, LAB_DEVICE};
+use live_tests::{rdmactl_bin, Rdmad, RdmadOptions, LAB_DEVICE};
 use rdma_verbs::{
     AccessFlags, Context, GidType, QueuePair, RtrParams, RtsParams, SendOp, Sge, WcStatus,
 };
@@ -455,73 +455,16 @@ fn wire_decoder_masks_keys_by_default() {
     assert_eq!(v["rkey_matches"], true);
 }
 
-/// rdmad from `$RDMAD_BIN`, else the lab path.
-fn rdmad_bin() -> std::path::PathBuf {
-    std::env::var_os("RDMAD_BIN")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from("/opt/rdma/bin/rdmad"))
-}
-
-/// GET `path` from 127.0.0.1:`port`: (status line, body).
-fn http_get(port: u16, path: &str) -> std::io::Result<(String, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no HTTP header end"))?;
-    let status = head.lines().next().unwrap_or("").to_string();
-    Ok((status, body.to_string()))
-}
-
-/// The value of the sample line `series` (name and labels as printed), if present.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.rsplit_once(' ').filter(|(s, _)| *s == series))
-        .map(|(_, v)| v.parse().expect("a numeric sample value"))
-}
-
 #[test]
 fn rdmad_trace_collector_counts_the_qp_errors_experiments_transitions_to_err() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port");
-    let child = Command::new(rdmad_bin())
-        .args([
-            &format!("--web.listen-address=127.0.0.1:{port}"),
-            "--collector.trace",
-        ])
-        .env("RDMAD_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("FAIL: cannot start {}: {e}", rdmad_bin().display()));
-    // Killed on drop, like `Trace`.
-    struct Rdmad(Child);
-    impl Drop for Rdmad {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _rdmad = Rdmad(child);
     // The tracer is attached before rdmad listens: /healthz answering means it is tracing.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !matches!(http_get(port, "/healthz"), Ok((s, b)) if s.contains("200") && b == "ok\n") {
-        assert!(
-            Instant::now() < deadline,
-            "FAIL: rdmad --collector.trace did not answer /healthz on port {port} within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let rdmad = Rdmad::start_with(
+        &["--collector.trace"],
+        RdmadOptions {
+            startup: Duration::from_secs(60),
+            ..RdmadOptions::default()
+        },
+    );
 
     let out = Command::new(rdmactl_bin())
         .args([
@@ -550,22 +493,21 @@ fn rdmad_trace_collector_counts_the_qp_errors_experiments_transitions_to_err() {
             .sum()
     };
     let deadline = Instant::now() + Duration::from_secs(20);
-    let text = loop {
-        let (status, text) =
-            http_get(port, "/metrics").unwrap_or_else(|e| panic!("FAIL: GET /metrics: {e}"));
-        assert!(status.contains("200"), "FAIL: /metrics answered {status}");
-        if series_to_err(&text) > 0.0 || Instant::now() > deadline {
-            break text;
+    let scrape = loop {
+        let scrape = rdmad.scrape();
+        if series_to_err(&scrape.text) > 0.0 || Instant::now() > deadline {
+            break scrape;
         }
         std::thread::sleep(Duration::from_millis(500));
     };
+    let text: &str = &scrape.text;
     assert_eq!(
-        sample(&text, "rdma_scrape_collector_success{collector=\"trace\"}"),
+        scrape.sample("rdma_scrape_collector_success{collector=\"trace\"}"),
         Some(1.0),
         "FAIL: the trace collector did not succeed:\n{text}"
     );
     assert!(
-        series_to_err(&text) > 0.0,
+        series_to_err(text) > 0.0,
         "FAIL: no rdma_trace_qp_transitions_total{{device=\"{LAB_DEVICE}\",to=\"ERR\"}} > 0:\n{}",
         text.lines()
             .filter(|l| l.contains("rdma_trace"))
@@ -573,10 +515,9 @@ fn rdmad_trace_collector_counts_the_qp_errors_experiments_transitions_to_err() {
             .join("\n")
     );
     // The experiment registered MRs on the lab device: the size histogram has them.
-    let count = sample(
-        &text,
-        &format!("rdma_trace_mr_reg_size_bytes_count{{device=\"{LAB_DEVICE}\"}}"),
-    );
+    let count = scrape.sample(&format!(
+        "rdma_trace_mr_reg_size_bytes_count{{device=\"{LAB_DEVICE}\"}}"
+    ));
     assert!(
         count.is_some_and(|c| c >= 1.0),
         "FAIL: no MR registrations in rdma_trace_mr_reg_size_bytes_count: {count:?}"
