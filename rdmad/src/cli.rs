@@ -40,6 +40,14 @@ pub struct Flags {
         value_name = "N"
     )]
     pub max_requests: u32,
+    /// TLS and basic auth: a YAML file in the Prometheus exporter-toolkit web configuration
+    /// format (tls_server_config, http_server_config, basic_auth_users); "" for none.
+    #[arg(
+        long = "web.config.file",
+        env = "RDMAD_WEB_CONFIG_FILE",
+        value_name = "FILE"
+    )]
+    pub web_config_file: Option<std::ffi::OsString>,
     /// Where sysfs is mounted (devices are under PATH/class/infiniband).
     #[arg(
         long = "path.sysfs",
@@ -170,6 +178,8 @@ pub struct Settings {
     pub listen_address: String,
     /// `--web.max-requests`.
     pub max_requests: usize,
+    /// `--web.config.file`: TLS and basic auth (checked when the server starts).
+    pub web_config_file: Option<PathBuf>,
     /// `--path.sysfs`.
     pub sysfs: PathBuf,
     /// `--collector.device-include`.
@@ -273,6 +283,12 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
     } else {
         file.max_requests.unwrap_or(flags.max_requests as usize)
     };
+    let web_config_file = if explicit(matches, "web_config_file") {
+        flags.web_config_file.clone().map(PathBuf::from)
+    } else {
+        file.web_config_file.clone()
+    }
+    .filter(|p| !p.as_os_str().is_empty());
     let sysfs = if explicit(matches, "sysfs") {
         flags.sysfs.clone()
     } else {
@@ -318,6 +334,7 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
     Ok(Settings {
         listen_address,
         max_requests,
+        web_config_file,
         sysfs,
         device_include: pick(
             "device_include",
@@ -607,6 +624,31 @@ mod tests {
         assert_eq!(
             s.device_exclude, None,
             "an empty flag clears the file's pattern"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn web_config_file_from_flag_or_config_file() {
+        assert_eq!(settings(&[]).web_config_file, None, "none by default");
+        let dir = std::env::temp_dir().join(format!("rdmad-cli-web-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rdmad.toml");
+        std::fs::write(&file, "[web]\nconfig.file = \"/etc/rdmad/web.yml\"\n").unwrap();
+        let f = file.to_str().unwrap();
+        assert_eq!(
+            settings(&["--config", f]).web_config_file,
+            Some(PathBuf::from("/etc/rdmad/web.yml"))
+        );
+        assert_eq!(
+            settings(&["--config", f, "--web.config.file", "/flag.yml"]).web_config_file,
+            Some(PathBuf::from("/flag.yml")),
+            "the flag wins"
+        );
+        assert_eq!(
+            settings(&["--config", f, "--web.config.file="]).web_config_file,
+            None,
+            "an empty flag turns the file's setting off"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

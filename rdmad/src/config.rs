@@ -30,6 +30,8 @@ pub struct FileConfig {
     pub listen_address: Option<String>,
     /// `web.max-requests`.
     pub max_requests: Option<usize>,
+    /// `web.config.file` (`[web] config.file = ...`, or `[web.config] file = ...`).
+    pub web_config_file: Option<PathBuf>,
     /// `path.sysfs`.
     pub sysfs: Option<PathBuf>,
     /// `collector.device-include`.
@@ -85,6 +87,7 @@ pub fn known_keys() -> Vec<String> {
     let mut keys: Vec<String> = [
         "web.listen-address",
         "web.max-requests",
+        "web.config.file",
         "path.sysfs",
         "collector.device-include",
         "collector.device-exclude",
@@ -129,6 +132,21 @@ pub fn parse(text: &str) -> Result<FileConfig> {
                             .filter(|n| *n > 0)
                             .ok_or_else(|| anyhow!("`{full}` must be at least 1, not {n}"))?,
                     );
+                }
+                ("web", "config") => {
+                    // `--web.config.file`: the flag's name has one more dot than the others.
+                    let Value::Table(inner) = value else {
+                        return Err(unknown(&full));
+                    };
+                    for (key, value) in inner {
+                        let full = format!("{full}.{key}");
+                        match key.as_str() {
+                            "file" => {
+                                config.web_config_file = Some(PathBuf::from(string(&full, value)?))
+                            }
+                            _ => return Err(unknown(&full)),
+                        }
+                    }
                 }
                 ("path", "sysfs") => config.sysfs = Some(PathBuf::from(string(&full, value)?)),
                 ("collector", "device-include") => {
@@ -314,6 +332,26 @@ secret-file = "/etc/rdmad/probe.secret"
         let c = parse("web.listen-address = \":1\"\ncollector.sysfs_counters = false\n").unwrap();
         assert_eq!(c.listen_address.as_deref(), Some(":1"));
         assert_eq!(c.collectors, vec![("sysfs_counters", false)]);
+    }
+
+    #[test]
+    fn web_config_file_key() {
+        for text in [
+            "[web]\nconfig.file = \"/etc/rdmad/web.yml\"\n",
+            "[web.config]\nfile = \"/etc/rdmad/web.yml\"\n",
+            "web.config.file = \"/etc/rdmad/web.yml\"\n",
+        ] {
+            let c = parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(c.web_config_file, Some(PathBuf::from("/etc/rdmad/web.yml")));
+        }
+        let err = parse("[web]\nconfig.fil = \"x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean `web.config.file`"), "{err}");
+        let err = parse("[web]\nconfig = \"x\"\n").unwrap_err().to_string();
+        assert!(err.contains("unknown key `web.config`"), "{err}");
+        let err = parse("[web]\nconfig.file = 1\n").unwrap_err().to_string();
+        assert!(err.contains("`web.config.file` must be a string"), "{err}");
     }
 
     #[test]

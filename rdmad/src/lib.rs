@@ -5,7 +5,8 @@
 //! - [`collector`]: the collector trait and table, one file per collector;
 //! - [`metrics`]: the metric set of one scrape and its encodings (text 0.0.4, OpenMetrics);
 //! - [`names`] and [`help`]: how a sysfs counter file becomes a metric name and HELP text;
-//! - [`server`]: the HTTP face (`/metrics`, `/healthz`, `/`) and `--once`.
+//! - [`server`]: the HTTP face (`/metrics`, `/healthz`, `/`) and `--once`;
+//! - [`webconfig`]: `--web.config.file`, TLS and basic auth (the exporter-toolkit format).
 #![forbid(unsafe_code)]
 
 pub mod cli;
@@ -15,3 +16,4 @@ pub mod help;
 pub mod metrics;
 pub mod names;
 pub mod server;
+pub mod webconfig;

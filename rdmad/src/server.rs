@@ -38,6 +38,7 @@ pub const MONITOR_INTERVAL: std::time::Duration = std::time::Duration::from_secs
 use crate::cli::Settings;
 use crate::collector::{CollectorConfig, Collectors, TABLE};
 use crate::metrics::{negotiate, Format};
+use crate::webconfig::WebConfig;
 
 /// Shared by all requests.
 pub struct Exporter {
@@ -104,6 +105,12 @@ pub fn run(settings: Settings) -> Result<()> {
             other => other.context("writing to stdout"),
         };
     }
+    // `--web.config.file`: checked before anything starts; a bad file is a bad setting.
+    let web = settings
+        .web_config_file
+        .as_deref()
+        .map(crate::webconfig::load)
+        .transpose()?;
     log_devices(&settings);
     watch_devices(exporter.filter.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -112,7 +119,7 @@ pub fn run(settings: Settings) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(serve(settings, exporter))
+    runtime.block_on(serve(settings, exporter, web))
 }
 
 fn log_devices(settings: &Settings) {
@@ -207,15 +214,105 @@ pub async fn bind(address: &str) -> Result<tokio::net::TcpListener> {
         .with_context(|| format!("cannot listen on {address}"))
 }
 
-async fn serve(settings: Settings, exporter: Arc<Exporter>) -> Result<()> {
+async fn serve(settings: Settings, exporter: Arc<Exporter>, web: Option<WebConfig>) -> Result<()> {
     let app = router(exporter);
     let listener = bind(&settings.listen_address).await?;
     let local = listener.local_addr().context("reading the bound address")?;
-    tracing::info!(address = %local, "listening");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("serving HTTP")
+    let Some(web) = web else {
+        tracing::info!(address = %local, "listening");
+        return axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .context("serving HTTP");
+    };
+    let app = web.apply(app);
+    let users = web.auth.as_ref().map_or(0, |a| a.users());
+    match web.tls {
+        None => {
+            tracing::info!(address = %local, tls = false, basic_auth_users = users, "listening");
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown_signal())
+                .await
+                .context("serving HTTP")
+        }
+        Some(tls) => {
+            tracing::info!(address = %local, tls = true, basic_auth_users = users, "listening");
+            serve_tls(listener, app, tls, shutdown_signal()).await
+        }
+    }
+}
+
+/// A TLS handshake must finish within this time, or the connection is dropped.
+pub const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The request headers must arrive within this time once a connection is up.
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Serve `app` over TLS on `listener` until `shutdown` completes, then wait for the open
+/// connections to finish their requests (as `axum::serve` does with graceful shutdown).
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    tls: Arc<rustls::ServerConfig>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let graceful = GracefulShutdown::new();
+    // Connections still in their handshake are dropped at shutdown, not waited for.
+    let (stopping, stop) = tokio::sync::watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!("accepting a connection: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        // Taken now: `graceful` is gone once shutdown starts. A connection still in its
+        // handshake then is dropped (`stop`); one being served finishes its request.
+        let watcher = graceful.watcher();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+            let stream = tokio::select! {
+                done = handshake => match done {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, "TLS handshake failed: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                },
+                _ = stop.wait_for(|stop| *stop) => return,
+            };
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = watcher.watch(connection).await {
+                tracing::debug!(%peer, "connection: {e}");
+            }
+        });
+    }
+    drop(listener);
+    let _ = stopping.send(true);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 async fn shutdown_signal() {
@@ -348,6 +445,7 @@ mod tests {
         let settings = Settings {
             listen_address: ":0".into(),
             max_requests: 1,
+            web_config_file: None,
             sysfs: "/nonexistent".into(),
             device_include: None,
             device_exclude: None,
@@ -391,5 +489,75 @@ mod tests {
         );
         drop(held);
         assert_eq!(waiting.await.unwrap().status(), StatusCode::OK);
+    }
+}
+
+#[cfg(test)]
+mod tls_tests {
+    use super::*;
+
+    /// A self-signed certificate for 127.0.0.1 (openssl CLI) as a rustls server config; `None`
+    /// when openssl is missing and `CI` is not set.
+    fn tls_config(dir: &std::path::Path) -> Option<Arc<rustls::ServerConfig>> {
+        let made = std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .args(["-nodes", "-keyout", "k.pem", "-out", "c.pem", "-days", "1"])
+            .args([
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ])
+            .current_dir(dir)
+            .output();
+        match made {
+            Ok(out) if out.status.success() => {}
+            other => {
+                assert!(std::env::var_os("CI").is_none(), "openssl: {other:?}");
+                eprintln!("SKIP: no openssl");
+                return None;
+            }
+        }
+        let yaml = "tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n";
+        let web = crate::webconfig::parse(yaml, dir).expect("valid web config");
+        web.tls
+    }
+
+    /// Shutdown does not wait for a client stuck in its TLS handshake (that would take
+    /// TLS_HANDSHAKE_TIMEOUT).
+    #[tokio::test]
+    async fn shutdown_drops_connections_in_their_handshake() {
+        let dir = std::env::temp_dir().join(format!("rdmad-server-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let Some(tls) = tls_config(&dir) else {
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        };
+        let listener = bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let app = Router::new().route("/healthz", get(|| async { "ok\n" }));
+        let server = tokio::spawn(serve_tls(listener, app, tls, async {
+            let _ = stopped.await;
+        }));
+        // Connected, says nothing: its handshake waits for the client hello.
+        let _silent = tokio::net::TcpStream::connect(address).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        stop.send(()).unwrap();
+        let result = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT / 2, server).await;
+        assert!(
+            matches!(result, Ok(Ok(Ok(())))),
+            "serve_tls did not return promptly: {result:?}"
+        );
+        assert!(started.elapsed() < TLS_HANDSHAKE_TIMEOUT / 2);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
