@@ -39,6 +39,17 @@ pub struct CounterMetric {
 /// The metric for `counter`, or `None` when its name sanitizes to nothing. A byte value that
 /// overflows u64 (more than 2^62 words) is exported as a float, like every Prometheus value.
 pub fn counter_metric(counter: &Counter) -> Option<CounterMetric> {
+    let (name, kind) = counter_metric_name(counter)?;
+    Some(CounterMetric {
+        name,
+        kind,
+        value: counter_metric_value(counter),
+    })
+}
+
+/// The metric name and kind of [`counter_metric`]: they depend on the counter's source and
+/// file name only, so a collector exporting many devices can compute them once per name.
+pub fn counter_metric_name(counter: &Counter) -> Option<(String, Kind)> {
     let mut base = sanitize(&counter.name);
     if counter.source == CounterSource::Pma {
         if let Some(rest) = base.strip_prefix("port_") {
@@ -59,22 +70,25 @@ pub fn counter_metric(counter: &Counter) -> Option<CounterMetric> {
         CounterKind::Counter => Kind::Counter,
         CounterKind::Gauge => Kind::Gauge,
     };
-    let (suffix, value) = match counter.unit {
-        Unit::FourOctetWords => (
-            "_bytes",
-            counter
-                .bytes
-                .map_or(Value::Float(counter.value as f64 * 4.0), Value::Int),
-        ),
-        Unit::Milliseconds => ("_seconds", Value::Float(counter.value as f64 / 1000.0)),
-        Unit::Bytes | Unit::Count => ("", Value::Int(counter.value)),
+    let suffix = match counter.unit {
+        Unit::FourOctetWords => "_bytes",
+        Unit::Milliseconds => "_seconds",
+        Unit::Bytes | Unit::Count => "",
     };
     let suffix = if base.ends_with(suffix) { "" } else { suffix };
-    Some(CounterMetric {
-        name: format!("{prefix}{base}{suffix}"),
-        kind,
-        value,
-    })
+    Some((format!("{prefix}{base}{suffix}"), kind))
+}
+
+/// The value of [`counter_metric`], in base units (bytes for 4-octet words, seconds for
+/// milliseconds).
+pub fn counter_metric_value(counter: &Counter) -> Value {
+    match counter.unit {
+        Unit::FourOctetWords => counter
+            .bytes
+            .map_or(Value::Float(counter.value as f64 * 4.0), Value::Int),
+        Unit::Milliseconds => Value::Float(counter.value as f64 / 1000.0),
+        Unit::Bytes | Unit::Count => Value::Int(counter.value),
+    }
 }
 
 /// The metric for a counter of a bound QP counter (RDMA netlink `STAT_GET`, `STAT_RES` = QP):

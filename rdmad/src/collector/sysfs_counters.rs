@@ -17,7 +17,9 @@
 //! the sysfs cache period netlink does not report); every other device, and every device when
 //! netlink is off or failed for it, is read whole from sysfs.
 
-use rdmakit::model::{Snapshot, SourceError};
+use std::collections::HashMap;
+
+use rdmakit::model::{CounterSource, Snapshot, SourceError};
 
 use super::{Collector, CollectorConfig, CollectorSpec, Shared};
 use crate::metrics::{AddError, Kind, MetricSet, Value};
@@ -50,36 +52,40 @@ impl Collector for SysfsCounters {
     fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
         let snapshot = shared.sysfs_snapshot(&self.source)?;
         let mut unexported: Vec<(String, String)> = Vec::new();
+        // Metric names depend on the source and file name only: computed once per name, not
+        // once per device (64 devices of one driver share every name).
+        let mut metric_names: HashMap<(CounterSource, &str), Option<(String, Kind)>> =
+            HashMap::new();
         for device in &snapshot.devices {
             let driver = device.driver.as_deref();
-            let mut export = |counter: &rdmakit::model::Counter, port: Option<u32>| {
-                let Some(metric) = names::counter_metric(counter) else {
+            let port_counters = device
+                .ports
+                .iter()
+                .flat_map(|port| port.counters.iter().map(|c| (c, Some(port.num))));
+            let device_counters = device.hw_counters.iter().map(|c| (c, None));
+            for (counter, port) in port_counters.chain(device_counters) {
+                let metric = metric_names
+                    .entry((counter.source, counter.name.as_str()))
+                    .or_insert_with(|| names::counter_metric_name(counter));
+                let Some((name, kind)) = metric else {
                     unexported.push((device.name.clone(), counter.name.clone()));
-                    return;
+                    continue;
                 };
                 let mut labels = vec![("device", device.name.clone())];
                 if let Some(port) = port {
                     labels.push(("port", port.to_string()));
                 }
                 let result = out.add(
-                    &metric.name,
-                    metric.kind,
+                    name,
+                    *kind,
                     || help::counter_help(&device.name, driver, counter),
                     labels,
-                    metric.value,
+                    names::counter_metric_value(counter),
                 );
                 // Two files that map to one name: keep the first, count the second.
                 if result.is_err() {
                     unexported.push((device.name.clone(), counter.name.clone()));
                 }
-            };
-            for port in &device.ports {
-                for counter in &port.counters {
-                    export(counter, Some(port.num));
-                }
-            }
-            for counter in &device.hw_counters {
-                export(counter, None);
             }
         }
         for (device, file) in &unexported {
