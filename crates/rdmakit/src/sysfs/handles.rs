@@ -8,27 +8,41 @@
 //! issuing one `pread` per file gives the same fresh values for a third of the system calls.
 //! Values are never cached, only descriptors.
 //!
+//! Directories are kept the same way: their descriptor (files are opened relative to it)
+//! and their listing. Per snapshot a directory costs one `stat` of its path, a file one
+//! `pread`.
+//!
 //! Safety nets, so that a kept descriptor never returns something a fresh open would not:
-//! - every counter directory is still opened and listed on every snapshot; its identity
-//!   (device and inode numbers) and its modification and change times must match the ones
-//!   the descriptors were opened under, else they are all dropped: a device removed and
-//!   added again under the same name has new directories, and a file replaced by another
-//!   (rename over it, delete and create, as tools writing test trees do) changes its
-//!   directory's times. A value written into the same file is seen anyway (`pread`);
-//! - files no longer listed are dropped, new ones opened;
+//! - every directory is `stat`ed by its path on every snapshot; its identity (device and
+//!   inode numbers) and its modification and change times must match the ones its
+//!   descriptors were opened under, else they are all dropped and it is opened and listed
+//!   again: a device removed and added again under the same name has new directories, and a
+//!   file added, removed or replaced by another (rename over it, delete and create, as tools
+//!   writing test trees do) changes its directory's times. A value written into the same
+//!   file is seen anyway (`pread`);
+//! - a directory is listed again every [`RELIST`] snapshots even when it looks unchanged
+//!   (sysfs does not always update a directory's times), and files no longer listed are
+//!   dropped;
 //! - a `pread` that fails drops the descriptor and the file is read the ordinary way, so
 //!   errors are reported exactly as without this cache;
 //! - directories not seen for two snapshots (devices gone, filtered) are dropped whole;
-//! - at most `max` descriptors are kept; past that files are read the ordinary way.
+//! - at most `max` file descriptors are kept (plus one per directory); past that files are
+//!   opened and closed on every snapshot.
 
 use std::collections::HashMap;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use rustix::fd::{AsFd, OwnedFd};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{Dir, Mode, OFlags};
 
-/// Descriptors of counter files, shared by the snapshots of one [`super::SysfsReader`].
+/// A directory that looks unchanged is listed again after this many snapshots.
+pub const RELIST: u64 = 16;
+
+/// Descriptors of sysfs directories and files, shared by the snapshots of one
+/// [`super::SysfsReader`].
 #[derive(Debug)]
 pub struct OpenFiles {
     max: usize,
@@ -40,18 +54,23 @@ pub struct OpenFiles {
 /// st_dev, st_ino, mtime and ctime (seconds, nanoseconds) of a directory.
 type DirId = (u64, u64, i64, i64, i64, i64);
 
-/// The kept descriptors of one counter directory.
+/// What is kept of one directory.
 #[derive(Debug, Default)]
 pub(crate) struct DirFiles {
-    /// Identity and times of the directory the descriptors were opened in.
+    /// Identity and times of the directory everything below was opened in.
     id: DirId,
     /// The last snapshot generation that visited this directory.
     seen: u64,
+    /// The directory's descriptor.
+    dir: Option<OwnedFd>,
+    /// Its entries (sorted, without `.` and `..`) and the generation that listed them.
+    names: Option<(Vec<String>, u64)>,
+    /// Descriptors of its files, by name.
     files: HashMap<String, OwnedFd>,
 }
 
 impl OpenFiles {
-    /// Keep at most `max` descriptors.
+    /// Keep at most `max` file descriptors.
     pub fn new(max: usize) -> OpenFiles {
         OpenFiles {
             max,
@@ -61,12 +80,12 @@ impl OpenFiles {
         }
     }
 
-    /// Descriptors kept open now.
+    /// File descriptors kept open now (directories not counted).
     pub fn len(&self) -> usize {
         self.open.load(Ordering::Relaxed)
     }
 
-    /// Whether no descriptor is kept.
+    /// Whether no file descriptor is kept.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -89,17 +108,12 @@ impl OpenFiles {
         });
     }
 
-    /// The kept descriptors of the directory at `path`, opened as `dir` now, for snapshot
-    /// `generation`: emptied when `dir` is not the directory they were opened in, and
-    /// trimmed to the `names` listed now (sorted).
-    pub(crate) fn dir<S: AsRef<str>>(
-        &self,
-        path: &Path,
-        dir: impl AsFd,
-        generation: u64,
-        names: &[S],
-    ) -> Option<Arc<Mutex<DirFiles>>> {
-        let stat = rustix::fs::fstat(dir).ok()?;
+    /// What is kept of the directory at `path`, for snapshot `generation`, after checking
+    /// with `stat` that it is still the directory it was opened as (else everything kept of
+    /// it is dropped). `None` when `stat` fails: the caller reads the ordinary way, which
+    /// reports why.
+    pub(crate) fn entry(&self, path: &Path, generation: u64) -> Option<Arc<Mutex<DirFiles>>> {
+        let stat = rustix::fs::stat(path).ok()?;
         #[allow(clippy::unnecessary_cast)] // the field types differ between targets
         let id = (
             stat.st_dev as u64,
@@ -124,48 +138,111 @@ impl OpenFiles {
             }
         };
         {
-            let mut files = lock(&entry);
-            files.seen = files.seen.max(generation);
-            let before = files.files.len();
-            if files.id != id {
-                files.id = id;
-                files.files.clear();
-            } else {
-                files.files.retain(|name, _| {
-                    names
-                        .binary_search_by(|n| n.as_ref().cmp(name.as_str()))
-                        .is_ok()
-                });
+            let mut dir = lock(&entry);
+            dir.seen = dir.seen.max(generation);
+            if dir.id != id {
+                self.open.fetch_sub(dir.files.len(), Ordering::Relaxed);
+                *dir = DirFiles {
+                    id,
+                    seen: dir.seen,
+                    ..DirFiles::default()
+                };
             }
-            self.open
-                .fetch_sub(before - files.files.len(), Ordering::Relaxed);
         }
         Some(entry)
     }
 
     /// Keep `fd` for `name` if there is room.
-    pub(crate) fn keep(&self, files: &mut DirFiles, name: &str, fd: OwnedFd) {
+    pub(crate) fn keep(&self, files: &mut HashMap<String, OwnedFd>, name: &str, fd: OwnedFd) {
         if self.open.load(Ordering::Relaxed) >= self.max {
             return;
         }
-        if files.files.insert(name.to_owned(), fd).is_none() {
+        if files.insert(name.to_owned(), fd).is_none() {
             self.open.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Forget the descriptor of `name` (it failed).
-    pub(crate) fn forget(&self, files: &mut DirFiles, name: &str) {
-        if files.files.remove(name).is_some() {
+    pub(crate) fn forget(&self, files: &mut HashMap<String, OwnedFd>, name: &str) {
+        if files.remove(name).is_some() {
             self.open.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    /// Make sure `dir` has its descriptor (opened from `path`) and, with `list`, a listing
+    /// not older than [`RELIST`] snapshots; files no longer listed are dropped.
+    pub(crate) fn prepare(
+        &self,
+        dir: &mut DirFiles,
+        path: &Path,
+        generation: u64,
+        list: bool,
+    ) -> io::Result<()> {
+        if dir.dir.is_none() {
+            dir.dir = Some(rustix::fs::open(
+                path,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?);
+        }
+        let stale = match &dir.names {
+            None => true,
+            Some((_, listed)) => listed + RELIST <= generation,
+        };
+        if list && stale {
+            let fd = dir
+                .dir
+                .as_ref()
+                .map(|fd| fd.as_fd())
+                .ok_or_else(|| io::Error::other("directory descriptor missing after open"))?;
+            let mut names = list_fd(fd)?;
+            names.sort_unstable();
+            let before = dir.files.len();
+            dir.files
+                .retain(|name, _| names.binary_search(name).is_ok());
+            self.open
+                .fetch_sub(before - dir.files.len(), Ordering::Relaxed);
+            dir.names = Some((names, generation));
+        }
+        Ok(())
     }
 }
 
 impl DirFiles {
-    /// The kept descriptor of `name`.
-    pub(crate) fn get(&self, name: &str) -> Option<&OwnedFd> {
-        self.files.get(name)
+    /// Split borrows: the descriptor, the listing (after [`OpenFiles::prepare`] with `list`)
+    /// and the file descriptors.
+    pub(crate) fn parts(
+        &mut self,
+    ) -> (
+        Option<BorrowedFd<'_>>,
+        &[String],
+        &mut HashMap<String, OwnedFd>,
+    ) {
+        let names = self.names.as_ref().map_or(&[][..], |(n, _)| n.as_slice());
+        (
+            self.dir.as_ref().map(|fd| fd.as_fd()),
+            names,
+            &mut self.files,
+        )
     }
+}
+
+/// The entries of the directory `fd` (without `.` and `..`, names that are not UTF-8
+/// skipped, unsorted).
+pub(crate) fn list_fd(fd: BorrowedFd<'_>) -> io::Result<Vec<String>> {
+    let mut dir = Dir::read_from(fd)?;
+    let mut names = Vec::new();
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        if let Ok(name) = std::str::from_utf8(name) {
+            names.push(name.to_owned());
+        }
+    }
+    Ok(names)
 }
 
 /// Lock, ignoring poisoning: the maps stay consistent (a panic mid-update at worst leaves a

@@ -14,6 +14,7 @@ use crate::sysfs::handles::{self, DirFiles, OpenFiles};
 use crate::sysfs::parse;
 use crate::sysfs::ReadOptions;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
@@ -246,16 +247,12 @@ impl<'r> Walk<'r> {
         }
     }
 
-    /// The kept descriptors of the current directory, opened as `fd`, for the attributes
-    /// `names` (sorted), when this walk keeps descriptors.
-    fn kept(
-        &self,
-        fd: Option<&OwnedFd>,
-        names: &[&str],
-    ) -> Option<(&'r OpenFiles, Arc<Mutex<DirFiles>>)> {
+    /// What is kept of the current directory, when this walk keeps descriptors and the
+    /// directory can be `stat`ed.
+    fn kept(&self) -> Option<Kept<'r>> {
         let (open_files, generation) = self.open_files?;
-        let entry = open_files.dir(self.path.as_path(), fd?, generation, names)?;
-        Some((open_files, entry))
+        let entry = open_files.entry(self.path.as_path(), generation)?;
+        Some((open_files, generation, entry))
     }
 
     /// Read one device; the current path is the class directory. With `skip_port_hw`, the
@@ -267,9 +264,12 @@ impl<'r> Walk<'r> {
             port: None,
         };
         // When the directory cannot be opened, every read below fails by path and says why.
-        let fd = file::open_dir_fd(self.path.as_path());
-        let kept = self.kept(fd.as_ref(), DEVICE_ATTRIBUTES);
-        let mut dir = AttrDir::new(fd.as_ref(), kept.as_ref());
+        let kept = self.kept();
+        let fd = match kept {
+            Some(_) => None,
+            None => file::open_dir_fd(self.path.as_path()),
+        };
+        let mut dir = AttrDir::new(self.path.as_path(), fd.as_ref(), kept.as_ref());
         let node_type = self.parsed(ctx, dir.as_mut(), "node_type", parse::parse_enumerated);
         let node_guid = self.text(ctx, dir.as_mut(), "node_guid");
         let sys_image_guid = self.text(ctx, dir.as_mut(), "sys_image_guid");
@@ -328,9 +328,12 @@ impl<'r> Walk<'r> {
             device,
             port: Some(num),
         };
-        let fd = file::open_dir_fd(self.path.as_path());
-        let kept = self.kept(fd.as_ref(), PORT_ATTRIBUTES);
-        let mut dir = AttrDir::new(fd.as_ref(), kept.as_ref());
+        let kept = self.kept();
+        let fd = match kept {
+            Some(_) => None,
+            None => file::open_dir_fd(self.path.as_path()),
+        };
+        let mut dir = AttrDir::new(self.path.as_path(), fd.as_ref(), kept.as_ref());
         let state = self.parsed(ctx, dir.as_mut(), "state", parse::parse_enumerated);
         let phys_state = self.parsed(ctx, dir.as_mut(), "phys_state", parse::parse_enumerated);
         let rate = self
@@ -524,12 +527,32 @@ impl<'r> Walk<'r> {
     }
 
     /// Every file of the `source` counter directory under the current path, in name order,
-    /// appended to `out`. The files are opened relative to the directory's descriptor.
+    /// appended to `out`. The files are opened relative to the directory's descriptor, or
+    /// re-read through descriptors kept from the last snapshot.
     fn counters(&mut self, ctx: Ctx<'_>, source: CounterSource, out: &mut Vec<Counter>) {
         if !self.options.counters {
             return;
         }
         self.path.push(source.dir_name());
+        if let Some((open_files, generation, entry)) = self.kept() {
+            let mut kept = handles::lock(&entry);
+            // On failure, the ordinary read below reports why.
+            if open_files
+                .prepare(&mut kept, self.path.as_path(), generation, true)
+                .is_ok()
+            {
+                if let (Some(fd), names, files) = kept.parts() {
+                    out.reserve(names.len());
+                    for name in names {
+                        let read =
+                            read_counter(&mut self.attr, fd, name, Some((open_files, &mut *files)));
+                        self.counter_file(ctx, source, name, read, out);
+                    }
+                    self.path.pop();
+                    return;
+                }
+            }
+        }
         let (dir, mut names) = match file::open_dir(self.path.as_path()) {
             Ok(Some(listing)) => listing,
             Ok(None) => {
@@ -554,100 +577,107 @@ impl<'r> Walk<'r> {
         // Sorted before reading, so counters and errors come out in a stable order.
         names.sort_unstable();
         out.reserve(names.len());
-        let kept = self.open_files.and_then(|(open_files, generation)| {
-            let entry = open_files.dir(self.path.as_path(), fd, generation, &names)?;
-            Some((open_files, entry))
-        });
-        let mut kept_files = kept.as_ref().map(|(_, entry)| handles::lock(entry));
-        for name in names {
-            let cache = match (&kept, kept_files.as_deref_mut()) {
-                (Some((open_files, _)), Some(files)) => Some((*open_files, files)),
-                _ => None,
-            };
-            let read = read_counter(&mut self.attr, fd, &name, cache);
-            let problem = match read.map(|n| self.attr.filled(n)) {
-                Ok(bytes) => match parse::parse_u64(bytes) {
-                    Some(value) => {
-                        out.push(Counter::new(name, source, value));
-                        continue;
-                    }
-                    None => {
-                        let content = parse::trim(bytes);
-                        let kind = if content.starts_with(b"N/A") {
-                            SourceErrorKind::NotAvailable
-                        } else {
-                            SourceErrorKind::Unparsable
-                        };
-                        Some((kind, parse::excerpt(content)))
-                    }
-                },
-                Err(ReadFailure::Missing) => None,
-                Err(ReadFailure::TooLarge) => Some((
-                    SourceErrorKind::TooLarge,
-                    format!("larger than {READ_LIMIT} bytes"),
-                )),
-                Err(ReadFailure::Os(err)) => Some((io_kind(&err), err.to_string())),
-            };
-            if let Some((kind, detail)) = problem {
-                self.path.push(&name);
-                self.record(ctx, kind, detail);
-                self.path.pop();
-            }
+        for name in &names {
+            let read = read_counter(&mut self.attr, fd, name, None);
+            self.counter_file(ctx, source, name, read, out);
         }
         self.path.pop();
     }
+
+    /// The outcome of reading the counter file `name` (its length in `self.attr`): a counter
+    /// in `out`, or an error recorded (absent files are neither).
+    fn counter_file(
+        &mut self,
+        ctx: Ctx<'_>,
+        source: CounterSource,
+        name: &str,
+        read: Result<usize, ReadFailure>,
+        out: &mut Vec<Counter>,
+    ) {
+        let problem = match read.map(|n| self.attr.filled(n)) {
+            Ok(bytes) => match parse::parse_u64(bytes) {
+                Some(value) => {
+                    out.push(Counter::new(name, source, value));
+                    return;
+                }
+                None => {
+                    let content = parse::trim(bytes);
+                    let kind = if content.starts_with(b"N/A") {
+                        SourceErrorKind::NotAvailable
+                    } else {
+                        SourceErrorKind::Unparsable
+                    };
+                    Some((kind, parse::excerpt(content)))
+                }
+            },
+            Err(ReadFailure::Missing) => None,
+            Err(ReadFailure::TooLarge) => Some((
+                SourceErrorKind::TooLarge,
+                format!("larger than {READ_LIMIT} bytes"),
+            )),
+            Err(ReadFailure::Os(err)) => Some((io_kind(&err), err.to_string())),
+        };
+        if let Some((kind, detail)) = problem {
+            self.path.push(name);
+            self.record(ctx, kind, detail);
+            self.path.pop();
+        }
+    }
 }
 
-/// The attribute files read from a device directory, sorted.
-const DEVICE_ATTRIBUTES: &[&str] = &[
-    "board_id",
-    "fw_ver",
-    "hca_type",
-    "node_guid",
-    "node_type",
-    "sys_image_guid",
-];
+/// What a walk keeps of one directory: the shared store, this snapshot's generation, the
+/// directory's entry.
+type Kept<'r> = (&'r OpenFiles, u64, Arc<Mutex<DirFiles>>);
 
-/// The attribute files read from a port directory, sorted.
-const PORT_ATTRIBUTES: &[&str] = &["lid", "link_layer", "phys_state", "rate", "sm_lid", "state"];
-
-/// A directory whose attributes are read by name: its descriptor, and the descriptors kept
-/// for its files when the walk keeps them.
-struct AttrDir<'a> {
-    fd: BorrowedFd<'a>,
-    kept: Option<(&'a OpenFiles, MutexGuard<'a, DirFiles>)>,
+/// A directory whose attributes are read by name: by its descriptor, or through what is
+/// kept of it between snapshots.
+enum AttrDir<'a> {
+    Plain(BorrowedFd<'a>),
+    Kept(&'a OpenFiles, MutexGuard<'a, DirFiles>),
 }
 
 impl<'a> AttrDir<'a> {
-    /// `None` when the directory could not be opened (its files are then read by path).
+    /// `None` when the directory could not be opened (its files are then read by path,
+    /// which reports why).
     fn new(
+        path: &Path,
         fd: Option<&'a OwnedFd>,
-        kept: Option<&'a (&'a OpenFiles, Arc<Mutex<DirFiles>>)>,
+        kept: Option<&'a Kept<'a>>,
     ) -> Option<AttrDir<'a>> {
-        Some(AttrDir {
-            fd: fd?.as_fd(),
-            kept: kept.map(|(open_files, entry)| (*open_files, handles::lock(entry))),
-        })
+        match kept {
+            Some((open_files, generation, entry)) => {
+                let mut dir = handles::lock(entry);
+                open_files
+                    .prepare(&mut dir, path, *generation, false)
+                    .ok()?;
+                Some(AttrDir::Kept(open_files, dir))
+            }
+            None => fd.map(|fd| AttrDir::Plain(fd.as_fd())),
+        }
     }
 
     /// Read the file `name` into `attr`; the length read.
     fn read(&mut self, attr: &mut AttrReader, name: &str) -> Result<usize, ReadFailure> {
-        let cache = self
-            .kept
-            .as_mut()
-            .map(|(open_files, files)| (*open_files, &mut **files));
-        read_counter(attr, self.fd, name, cache)
+        match self {
+            AttrDir::Plain(fd) => read_counter(attr, *fd, name, None),
+            AttrDir::Kept(open_files, dir) => match dir.parts() {
+                (Some(fd), _, files) => read_counter(attr, fd, name, Some((open_files, files))),
+                (None, _, _) => Err(ReadFailure::Os(io::Error::other(
+                    "directory descriptor missing",
+                ))),
+            },
+        }
     }
 }
 
-/// Read the counter file `name` of `dir` into `attr`: through its kept descriptor when there
-/// is one in `cache` (dropped if it fails, and the file read afresh), else by opening it
-/// (and keeping the descriptor when there is a cache with room).
+/// Read the file `name` of `dir` into `attr`: through its kept descriptor when there is one
+/// in `cache` (dropped if it fails, and the file read afresh), else by opening it (and
+/// keeping the descriptor when there is a cache with room).
 fn read_counter(
     attr: &mut AttrReader,
     dir: BorrowedFd<'_>,
     name: &str,
-    cache: Option<(&OpenFiles, &mut DirFiles)>,
+    cache: Option<(&OpenFiles, &mut HashMap<String, OwnedFd>)>,
 ) -> Result<usize, ReadFailure> {
     let Some((open_files, files)) = cache else {
         let fd = file::open_at(dir, name)?;
