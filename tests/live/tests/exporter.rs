@@ -196,7 +196,11 @@ fn packet_counters_grow_under_traffic() {
     let _devices = lock();
     assert_lab_devices_present();
     let rdmad = Rdmad::start_with(&[], RDMAD);
+    // The same counters from the sysfs files instead of RDMA netlink: rdmad keeps those
+    // files open between scrapes and re-reads them with pread, which must see new values.
+    let from_sysfs = Rdmad::start_with(&["--no-collector.netlink_counters"], RDMAD);
     let before = rdmad.scrape().series;
+    let before_sysfs = from_sysfs.scrape().series;
     let common = ["-x", "1", "-s", "4096", "-n", "200"];
     let mut server = Command::new("timeout")
         .args(["60", "ib_write_bw", "-d", "rxe_a"])
@@ -225,15 +229,30 @@ fn packet_counters_grow_under_traffic() {
         String::from_utf8_lossy(&client.stderr)
     );
     let after = rdmad.scrape().series;
-    for device in ["rxe_a", "rxe_b"] {
-        for file in ["sent_pkts", "rcvd_pkts"] {
-            let (b, a) = (
-                counter(&before, device, file),
-                counter(&after, device, file),
-            );
-            eprintln!("{device} {file}: {b} -> {a}");
-            assert!(a > b, "FAIL: {device} {file} did not grow: {b} -> {a}");
+    let after_sysfs = from_sysfs.scrape().series;
+    for (source, before, after) in [
+        ("netlink", &before, &after),
+        ("sysfs", &before_sysfs, &after_sysfs),
+    ] {
+        for device in ["rxe_a", "rxe_b"] {
+            for file in ["sent_pkts", "rcvd_pkts"] {
+                let (b, a) = (counter(before, device, file), counter(after, device, file));
+                eprintln!("{source}: {device} {file}: {b} -> {a}");
+                assert!(
+                    a > b,
+                    "FAIL: {device} {file} from {source} did not grow: {b} -> {a}"
+                );
+            }
         }
+    }
+    // Both sources count the same packets: the sysfs scrape came second, so it saw at least
+    // as many.
+    for device in ["rxe_a", "rxe_b"] {
+        let (n, s) = (
+            counter(&after, device, "sent_pkts"),
+            counter(&after_sysfs, device, "sent_pkts"),
+        );
+        assert!(s >= n, "FAIL: {device} sent_pkts: sysfs {s} < netlink {n}");
     }
     // The client WROTE 200 x 4096 bytes: at least one packet per message left rxe_b.
     let sent = counter(&after, "rxe_b", "sent_pkts") - counter(&before, "rxe_b", "sent_pkts");
