@@ -7,7 +7,8 @@
 //! on free 127.0.0.1 ports, and then, ROUNDS times (200 by default) in a rotating order,
 //! scrapes each once over HTTP (a new connection per scrape, `Connection: close`, no gzip)
 //! and runs one plain open/read/close loop over every file of the tree (file list built
-//! beforehand). rdmad collects on every scrape (it has no cache). Prints p50 (and p90) of
+//! beforehand). rdmad collects on every scrape (it caches no value; it keeps the counter
+//! files open and re-reads them, see rdmad/README.md "Cost of a scrape"). Prints p50 (and p90) of
 //! each, the ratios (targets: rdmad <= 0.5x node_exporter, <= 1.3x the loop), the series of
 //! each (rdmad must export every counter file: checked, not only printed) and the resident
 //! memory (VmRSS) of both daemons idle after start and idle after the run.
