@@ -13,9 +13,8 @@
 //! the next scrape and the log says `device rxe9 removed`. The tests of this file take one
 //! lock, so no other test sees rxe9 come and go.
 
-use live_tests::{parse_exposition, rdmad_bin, Rdmad, RdmadOptions, Scrape};
+use live_tests::{parse_exposition, perftest_finished, rdmad_bin, Rdmad, RdmadOptions, Scrape};
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{mpsc, Mutex, MutexGuard};
@@ -202,7 +201,7 @@ fn packet_counters_grow_under_traffic() {
     let before = rdmad.scrape().series;
     let before_sysfs = from_sysfs.scrape().series;
     let common = ["-x", "1", "-s", "4096", "-n", "200"];
-    let mut server = Command::new("timeout")
+    let server = Command::new("timeout")
         .args(["60", "ib_write_bw", "-d", "rxe_a"])
         .args(common)
         .stdout(Stdio::piped())
@@ -216,17 +215,15 @@ fn packet_counters_grow_under_traffic() {
         .arg("10.1.0.1")
         .output()
         .expect("FAIL: cannot run ib_write_bw (client)");
-    let server_status = server.wait().expect("server exits");
-    let mut server_out = String::new();
-    if let Some(mut s) = server.stdout.take() {
-        let _ = s.read_to_string(&mut server_out);
-    }
+    let server = server.wait_with_output().expect("server exits");
     assert!(
-        client.status.success() && server_status.success(),
-        "FAIL: ib_write_bw failed: client {} {}{}; server {server_status} {server_out}",
+        perftest_finished(&client) && perftest_finished(&server),
+        "FAIL: ib_write_bw failed: client {} {}{}; server {} {}",
         client.status,
         String::from_utf8_lossy(&client.stdout),
-        String::from_utf8_lossy(&client.stderr)
+        String::from_utf8_lossy(&client.stderr),
+        server.status,
+        String::from_utf8_lossy(&server.stdout)
     );
     let after = rdmad.scrape().series;
     let after_sysfs = from_sysfs.scrape().series;

@@ -7,7 +7,7 @@
 //! No device is a failure, never a skip. Tests take a global lock: they create QPs, traffic
 //! and devices that would disturb each other's comparisons.
 
-use live_tests::{rdma_json, rdmactl_bin, rdmactl_json};
+use live_tests::{perftest_finished, rdma_json, rdmactl_bin, rdmactl_json};
 use rdmakit::nldev::{format_guid, NldevClient};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -124,7 +124,7 @@ fn run_traffic() {
         .output()
         .expect("run ib_write_bw client");
     assert!(
-        client.status.success(),
+        perftest_finished(&client),
         "FAIL: ib_write_bw between rxe_b and rxe_a: {client:?}"
     );
 }
