@@ -1,10 +1,10 @@
 //! Size-limited reads of single sysfs attributes, with one reusable buffer.
 //!
-//! An attribute is read with exactly open + one read + close: no stat, no second read to see
-//! EOF (sysfs returns a whole attribute in the first read, at most one page). A file that
-//! fills more than [`READ_LIMIT`] bytes is refused. Files of a directory read whole (the
-//! counter directories) are opened relative to the directory's descriptor ([`open_dir`],
-//! [`AttrReader::fill`]), so the kernel does not walk the path from the root each time.
+//! An attribute is read with one read from offset 0 after its open: no stat, no second read
+//! to see EOF (sysfs returns a whole attribute in the first read, at most one page). A file
+//! that fills more than [`READ_LIMIT`] bytes is refused. Files of a directory are opened
+//! relative to the directory's descriptor ([`open_directory`], [`open_at`]), so the kernel
+//! does not walk the path from the root each time.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -98,31 +98,37 @@ pub(crate) fn open_at(dir: BorrowedFd<'_>, name: &str) -> Result<OwnedFd, ReadFa
     )
 }
 
-/// The descriptor of the directory `path`, or `None` when it cannot be opened (the caller
-/// then reads by path and reports the failure per file).
-pub(crate) fn open_dir_fd(path: &Path) -> Option<OwnedFd> {
+/// Open the directory `path` for listing and for opening its files relative to it.
+pub(crate) fn open_directory(path: &Path) -> rustix::io::Result<OwnedFd> {
     rustix::fs::open(
         path,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .ok()
 }
 
-/// Open the directory `path` and list its entries (without `.` and `..`, names that are not
-/// UTF-8 skipped, unsorted). `Ok(None)` when it does not exist. The returned [`Dir`] keeps
-/// the descriptor for [`AttrReader::fill`] (`Dir::fd`).
+/// The descriptor of the directory `path`, or `None` when it cannot be opened (the caller
+/// then reads by path and reports the failure per file).
+pub(crate) fn open_dir_fd(path: &Path) -> Option<OwnedFd> {
+    open_directory(path).ok()
+}
+
+/// Open the directory `path` and list its entries ([`dir_names`]). `Ok(None)` when it does
+/// not exist. The returned [`Dir`] keeps the descriptor for [`open_at`] (`Dir::fd`).
 pub(crate) fn open_dir(path: &Path) -> io::Result<Option<(Dir, Vec<String>)>> {
-    let fd = match rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
+    let fd = match open_directory(path) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => return Ok(None),
         Err(errno) => return Err(errno.into()),
     };
     let mut dir = Dir::new(fd)?;
+    let names = dir_names(&mut dir)?;
+    Ok(Some((dir, names)))
+}
+
+/// The entries of `dir` from where it stands, without `.` and `..`, names that are not UTF-8
+/// skipped, unsorted.
+pub(crate) fn dir_names(dir: &mut Dir) -> io::Result<Vec<String>> {
     let mut names = Vec::new();
     while let Some(entry) = dir.read() {
         let entry = entry?;
@@ -134,5 +140,5 @@ pub(crate) fn open_dir(path: &Path) -> io::Result<Option<(Dir, Vec<String>)>> {
             names.push(name.to_owned());
         }
     }
-    Ok(Some((dir, names)))
+    Ok(names)
 }

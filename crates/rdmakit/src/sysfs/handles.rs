@@ -36,7 +36,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
-use rustix::fs::{Dir, Mode, OFlags};
+use rustix::fs::Dir;
+
+use super::file;
 
 /// A directory that looks unchanged is listed again after this many snapshots.
 pub const RELIST: u64 = 16;
@@ -178,24 +180,18 @@ impl OpenFiles {
         generation: u64,
         list: bool,
     ) -> io::Result<()> {
-        if dir.dir.is_none() {
-            dir.dir = Some(rustix::fs::open(
-                path,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?);
-        }
+        let fd = match dir.dir.take() {
+            Some(fd) => fd,
+            None => file::open_directory(path)?,
+        };
+        let fd = &*dir.dir.insert(fd);
         let stale = match &dir.names {
             None => true,
             Some((_, listed)) => listed + RELIST <= generation,
         };
         if list && stale {
-            let fd = dir
-                .dir
-                .as_ref()
-                .map(|fd| fd.as_fd())
-                .ok_or_else(|| io::Error::other("directory descriptor missing after open"))?;
-            let mut names = list_fd(fd)?;
+            // A second open file description, so the kept one's position never moves.
+            let mut names = file::dir_names(&mut Dir::read_from(fd)?)?;
             names.sort_unstable();
             let before = dir.files.len();
             dir.files
@@ -225,24 +221,6 @@ impl DirFiles {
             &mut self.files,
         )
     }
-}
-
-/// The entries of the directory `fd` (without `.` and `..`, names that are not UTF-8
-/// skipped, unsorted).
-pub(crate) fn list_fd(fd: BorrowedFd<'_>) -> io::Result<Vec<String>> {
-    let mut dir = Dir::read_from(fd)?;
-    let mut names = Vec::new();
-    while let Some(entry) = dir.read() {
-        let entry = entry?;
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        if let Ok(name) = std::str::from_utf8(name) {
-            names.push(name.to_owned());
-        }
-    }
-    Ok(names)
 }
 
 /// Lock, ignoring poisoning: the maps stay consistent (a panic mid-update at worst leaves a

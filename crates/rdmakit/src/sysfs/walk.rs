@@ -545,7 +545,7 @@ impl<'r> Walk<'r> {
                     out.reserve(names.len());
                     for name in names {
                         let read =
-                            read_counter(&mut self.attr, fd, name, Some((open_files, &mut *files)));
+                            read_in_dir(&mut self.attr, fd, name, Some((open_files, &mut *files)));
                         self.counter_file(ctx, source, name, read, out);
                     }
                     self.path.pop();
@@ -578,7 +578,7 @@ impl<'r> Walk<'r> {
         names.sort_unstable();
         out.reserve(names.len());
         for name in &names {
-            let read = read_counter(&mut self.attr, fd, name, None);
+            let read = read_in_dir(&mut self.attr, fd, name, None);
             self.counter_file(ctx, source, name, read, out);
         }
         self.path.pop();
@@ -659,9 +659,9 @@ impl<'a> AttrDir<'a> {
     /// Read the file `name` into `attr`; the length read.
     fn read(&mut self, attr: &mut AttrReader, name: &str) -> Result<usize, ReadFailure> {
         match self {
-            AttrDir::Plain(fd) => read_counter(attr, *fd, name, None),
+            AttrDir::Plain(fd) => read_in_dir(attr, *fd, name, None),
             AttrDir::Kept(open_files, dir) => match dir.parts() {
-                (Some(fd), _, files) => read_counter(attr, fd, name, Some((open_files, files))),
+                (Some(fd), _, files) => read_in_dir(attr, fd, name, Some((open_files, files))),
                 (None, _, _) => Err(ReadFailure::Os(io::Error::other(
                     "directory descriptor missing",
                 ))),
@@ -673,7 +673,7 @@ impl<'a> AttrDir<'a> {
 /// Read the file `name` of `dir` into `attr`: through its kept descriptor when there is one
 /// in `cache` (dropped if it fails, and the file read afresh), else by opening it (and
 /// keeping the descriptor when there is a cache with room).
-fn read_counter(
+fn read_in_dir(
     attr: &mut AttrReader,
     dir: BorrowedFd<'_>,
     name: &str,
