@@ -9,29 +9,15 @@
 //! diff. The promtool and Prometheus tests fail (they do not skip) when `CI` is set and the
 //! tool is missing.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("rdmad is inside the workspace")
-        .to_path_buf()
-}
+mod common;
 
-fn rdmad() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rdmad"));
-    // Settings must come from the test alone.
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("RDMAD_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd
-}
+use common::{rdmad, spawn_listening, tool_on_path, workspace};
 
 fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("rdmad runs")
@@ -154,23 +140,10 @@ fn golden_expositions() {
     );
 }
 
-/// A Prometheus tool from PATH. Missing: `None` (the caller skips), or a failure when `CI` is
-/// set, because CI installs the Debian package `prometheus`, which ships both tools.
+/// A Prometheus tool from PATH (CI installs the Debian package `prometheus`, which ships
+/// both); see [`tool_on_path`].
 fn prometheus_tool(name: &str, test: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        if std::env::var_os("CI").is_some() {
-            panic!(
-                "{name} is not installed but CI is set: install it (Debian package `prometheus`)"
-            );
-        }
-        eprintln!("SKIP {test}: {name} not installed (apt-get install prometheus)");
-    }
-    found
+    tool_on_path(name, "prometheus", test)
 }
 
 #[test]
@@ -474,30 +447,12 @@ struct Server {
 
 impl Server {
     fn start(root: &Path) -> Server {
-        let mut child = rdmad()
-            .arg("--web.listen-address=127.0.0.1:0")
-            .arg("--path.sysfs")
-            .arg(root)
-            .env("RDMAD_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let mut lines = BufReader::new(stderr).lines();
-        let address = loop {
-            let line = lines
-                .next()
-                .expect("rdmad printed its address before exiting")
-                .unwrap();
-            if let Some(rest) = line.split("address=").nth(1) {
-                if line.contains("listening") {
-                    break rest.split_whitespace().next().unwrap().to_string();
-                }
-            }
-        };
-        // Keep draining stderr so rdmad never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let (child, address) = spawn_listening(
+            rdmad()
+                .arg("--web.listen-address=127.0.0.1:0")
+                .arg("--path.sysfs")
+                .arg(root),
+        );
         Server { child, address }
     }
 

@@ -4,41 +4,18 @@
 //! self-signed client certificate the CA did not sign). Both tools are in the base image; a
 //! missing tool skips the test, or fails it when `CI` is set.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("rdmad is inside the workspace")
-        .to_path_buf()
-}
+mod common;
 
-fn rdmad() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rdmad"));
-    // Settings must come from the test alone.
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("RDMAD_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd
-}
+use common::{rdmad, spawn_listening, tool_on_path, workspace};
 
-/// Whether `tool` is on PATH; missing: skip (print why), or panic when `CI` is set.
+/// Whether `tool` (from the Debian package of the same name) is on PATH; see
+/// [`tool_on_path`].
 fn have(tool: &str, test: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(tool).is_file()));
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{tool} is not installed but CI is set: install it (Debian package `{tool}`)"
-        );
-        eprintln!("SKIP {test}: {tool} not installed");
-    }
-    found
+    tool_on_path(tool, tool, test).is_some()
 }
 
 fn tools(test: &str) -> bool {
@@ -196,42 +173,24 @@ struct Server {
 
 impl Server {
     fn start(web_config: &Path) -> Server {
-        let mut child = rdmad()
-            .arg("--web.listen-address=127.0.0.1:0")
-            .arg("--web.config.file")
-            .arg(web_config)
-            .arg("--path.sysfs")
-            .arg(workspace().join("tests/fixtures/sysfs/mlx5-ib"))
-            .args([
-                "--collector.disable-defaults",
-                "--collector.sysfs_info",
-                "--collector.sysfs_counters",
-            ])
-            .env("RDMAD_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let mut lines = BufReader::new(stderr).lines();
-        let mut seen = String::new();
-        let port = loop {
-            let Some(Ok(line)) = lines.next() else {
-                panic!("rdmad exited before listening:\n{seen}");
-            };
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.contains("listening") {
-                let address = line
-                    .split("address=")
-                    .nth(1)
-                    .and_then(|rest| rest.split_whitespace().next())
-                    .expect("the listening line names the address");
-                break address.rsplit(':').next().unwrap().parse().unwrap();
-            }
-        };
-        // Keep draining stderr so rdmad never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let (child, address) = spawn_listening(
+            rdmad()
+                .arg("--web.listen-address=127.0.0.1:0")
+                .arg("--web.config.file")
+                .arg(web_config)
+                .arg("--path.sysfs")
+                .arg(workspace().join("tests/fixtures/sysfs/mlx5-ib"))
+                .args([
+                    "--collector.disable-defaults",
+                    "--collector.sysfs_info",
+                    "--collector.sysfs_counters",
+                ]),
+        );
+        let port = address
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the listening address ends with a port");
         Server { child, port }
     }
 
@@ -514,7 +473,9 @@ fn renewed_certificate_is_picked_up_without_restart() {
 /// SIGTERM stops the TLS server cleanly (exit 0), as it does the plain one.
 #[test]
 fn tls_server_stops_on_sigterm() {
-    if !tools("tls_server_stops_on_sigterm") || !have("kill", "tls_server_stops_on_sigterm") {
+    if !tools("tls_server_stops_on_sigterm")
+        || tool_on_path("kill", "procps", "tls_server_stops_on_sigterm").is_none()
+    {
         return;
     }
     let dir = TempDir::new("term");
