@@ -198,6 +198,16 @@ pub fn rdmactl_bin() -> PathBuf {
 /// The Soft-RoCE device the lab creates.
 pub const LAB_DEVICE: &str = "rxe0";
 
+/// The value of `/sys/class/infiniband/DEVICE/ports/PORT/hw_counters/NAME`; fails the test
+/// when the file is missing or not a number.
+pub fn sysfs_hw_counter(device: &str, port: u64, name: &str) -> u64 {
+    let path = format!("/sys/class/infiniband/{device}/ports/{port}/hw_counters/{name}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{path}: {text:?}: {e}"))
+}
+
 /// Whether a perftest program (`ib_write_bw`, ...) finished its traffic: it exited 0, or it
 /// exited 1 only because it could not compute its report. perftest converts cycles to time
 /// with a CPU clock it estimates by a linear fit of the cycle counter against wall time, and

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use live_tests::{perftest_between_veth_devices, rdma_json, rdmactl_json};
+use live_tests::{perftest_between_veth_devices, rdma_json, rdmactl_json, sysfs_hw_counter};
 use rdma_verbs::{AccessFlags, Context, GidType, QpState, QueuePair, RtrParams, RtsParams};
 use rdmakit::catalog::Catalog;
 use rdmakit::doctor::family_of;
@@ -110,15 +110,7 @@ fn rdmactl_counters() -> BTreeMap<(String, u64, String), u64> {
 
 fn sysfs_counters(keys: &[(String, u64, String)]) -> BTreeMap<(String, u64, String), u64> {
     keys.iter()
-        .map(|(d, p, n)| {
-            let path = format!("/sys/class/infiniband/{d}/ports/{p}/hw_counters/{n}");
-            let v = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{path}: {e}"))
-                .trim()
-                .parse()
-                .unwrap_or_else(|e| panic!("{path}: {e}"));
-            ((d.clone(), *p, n.clone()), v)
-        })
+        .map(|(d, p, n)| ((d.clone(), *p, n.clone()), sysfs_hw_counter(d, *p, n)))
         .collect()
 }
 

@@ -4,7 +4,7 @@
 //!
 //! No device is a failure, never a skip.
 
-use live_tests::{perftest_between_veth_devices, rdma_json, rdmad_bin};
+use live_tests::{perftest_between_veth_devices, rdma_json, rdmad_bin, sysfs_hw_counter};
 use std::process::Command;
 
 fn sysfs_state(dev: &str) -> String {
@@ -33,13 +33,7 @@ fn veth_pair_devices_pass_rdma_write_traffic() {
     for dev in ["rxe_a", "rxe_b"] {
         assert!(sysfs_state(dev).contains("ACTIVE"), "{dev} not ACTIVE");
     }
-    let sent = || -> u64 {
-        let path = "/sys/class/infiniband/rxe_b/ports/1/hw_counters/sent_pkts";
-        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        text.trim()
-            .parse()
-            .unwrap_or_else(|e| panic!("{path}: {text:?}: {e}"))
-    };
+    let sent = || sysfs_hw_counter("rxe_b", 1, "sent_pkts");
     let sent_before = sent();
     // Server on rxe_a (10.1.0.1), client on rxe_b; both bounded by timeout(1).
     let run = perftest_between_veth_devices("ib_write_bw", &["-s", "4096", "-n", "200"]);
