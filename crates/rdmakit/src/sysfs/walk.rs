@@ -148,6 +148,18 @@ impl<'r> Walk<'r> {
     /// `dir` is the current directory's descriptor when it could be opened: the file is then
     /// opened relative to it instead of by its whole path.
     fn text(&mut self, ctx: Ctx<'_>, dir: Option<&mut AttrDir<'_>>, file: &str) -> Option<String> {
+        self.text_tolerating(ctx, dir, file, |_| false)
+    }
+
+    /// Like [`Walk::text`], where OS errors that `tolerated` accepts (a GID attribute's EINVAL
+    /// for "no such attribute") are `None` without an error.
+    fn text_tolerating(
+        &mut self,
+        ctx: Ctx<'_>,
+        dir: Option<&mut AttrDir<'_>>,
+        file: &str,
+        tolerated: fn(&io::Error) -> bool,
+    ) -> Option<String> {
         self.path.push(file);
         let read = match dir {
             Some(dir) => dir.read(&mut self.attr, file).map(|n| self.attr.filled(n)),
@@ -159,6 +171,7 @@ impl<'r> Walk<'r> {
                 Ok(text) => Ok(Some(text.to_owned())),
                 Err(_) => Err((SourceErrorKind::Unparsable, parse::excerpt(bytes))),
             },
+            Err(ReadFailure::Os(err)) if tolerated(&err) => Ok(None),
             Err(failure) => {
                 self.record_failure(ctx, failure);
                 Ok(None)
@@ -449,25 +462,8 @@ impl<'r> Walk<'r> {
                 .collect();
             indices.sort_unstable();
             for (_, file) in &indices {
-                self.path.push(file);
-                let value = match self.attr.read(self.path.as_path()) {
-                    Ok(bytes) => match std::str::from_utf8(parse::trim(bytes)) {
-                        Ok("") => None,
-                        Ok(text) => Some(text.to_owned()),
-                        Err(_) => {
-                            let detail = parse::excerpt(bytes);
-                            self.record(ctx, SourceErrorKind::Unparsable, detail);
-                            None
-                        }
-                    },
-                    // Unpopulated entries, or entries without a netdev.
-                    Err(ReadFailure::Os(err)) if is_no_attribute(&err) => None,
-                    Err(failure) => {
-                        self.record_failure(ctx, failure);
-                        None
-                    }
-                };
-                self.path.pop();
+                // Unpopulated entries, or entries without a netdev, are no error.
+                let value = self.text_tolerating(ctx, None, file, is_no_attribute);
                 if value.is_some() {
                     found = value;
                     break;
@@ -504,24 +500,9 @@ impl<'r> Walk<'r> {
     /// InfiniBand) are `None` without an error.
     fn gid_attr(&mut self, ctx: Ctx<'_>, dir: &str, file: &str) -> Option<String> {
         self.path.push(dir);
-        self.path.push(file);
-        let value = match self.attr.read(self.path.as_path()) {
-            Ok(bytes) => match std::str::from_utf8(parse::trim(bytes)) {
-                Ok("") => None,
-                Ok(text) => Some(text.to_owned()),
-                Err(_) => {
-                    let detail = parse::excerpt(bytes);
-                    self.record(ctx, SourceErrorKind::Unparsable, detail);
-                    None
-                }
-            },
-            Err(ReadFailure::Os(err)) if err.kind() == io::ErrorKind::InvalidInput => None,
-            Err(failure) => {
-                self.record_failure(ctx, failure);
-                None
-            }
-        };
-        self.path.pop();
+        let value = self.text_tolerating(ctx, None, file, |err| {
+            err.kind() == io::ErrorKind::InvalidInput
+        });
         self.path.pop();
         value
     }
