@@ -1,6 +1,9 @@
-//! Shared helpers of the benchmark binaries: timing, medians, and the synthetic sysfs tree.
+//! Shared helpers of the benchmark binaries: timing, medians, the synthetic sysfs tree and
+//! the floor every scrape is compared with (a plain open/read/close loop).
 #![forbid(unsafe_code)]
 
+use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -58,4 +61,16 @@ pub fn all_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The floor: open, one read into `buf` (a page and one byte, as the reader's), close, for
+/// every file of `files` (a list built beforehand, outside any timing). Returns the bytes read.
+pub fn plain_loop(files: &[PathBuf], buf: &mut [u8]) -> usize {
+    let mut total = 0usize;
+    for path in files {
+        if let Ok(mut file) = File::open(path) {
+            total += file.read(buf).unwrap_or(0);
+        }
+    }
+    std::hint::black_box(total)
 }

@@ -14,7 +14,6 @@
 //! memory (VmRSS) of both daemons idle after start and idle after the run.
 #![forbid(unsafe_code)]
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -22,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use rdma_bench::{all_files, median, synthetic_sysfs, time};
+use rdma_bench::{all_files, median, plain_loop, synthetic_sysfs, time};
 
 /// A daemon killed on drop.
 struct Daemon {
@@ -215,20 +214,14 @@ fn main() -> Result<()> {
     );
 
     let mut buf = vec![0u8; 4097];
-    let mut plain_loop = || {
-        let mut total = 0usize;
-        for path in &files {
-            if let Ok(mut f) = File::open(path) {
-                total += f.read(&mut buf).unwrap_or(0);
-            }
-        }
-        std::hint::black_box(total);
+    let mut floor = || {
+        plain_loop(&files, &mut buf);
     };
     // Warm-up: page cache, dentries, allocators.
     for _ in 0..10 {
         scrape(rdmad.port)?;
         scrape(node.port)?;
-        plain_loop();
+        floor();
     }
     let (mut t_rdmad, mut t_node, mut t_loop) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -246,7 +239,7 @@ fn main() -> Result<()> {
                     t_node.push(start.elapsed());
                     std::hint::black_box(body);
                 }
-                _ => t_loop.push(time(&mut plain_loop)),
+                _ => t_loop.push(time(&mut floor)),
             }
         }
     }
