@@ -222,6 +222,39 @@ fn row_cells(screen: &str, device: &str) -> Option<Vec<String>> {
     })
 }
 
+/// The text of the pane titled `title` (e.g. " Resources (QPs) "), its lines joined by single
+/// spaces: where a message wraps depends on the pane's width and on what it quotes (a
+/// temporary path whose length follows the process id), so assertions read the whole text.
+fn pane_text(screen: &str, title: &str) -> String {
+    let lines: Vec<Vec<char>> = screen.lines().map(|l| l.chars().collect()).collect();
+    let title: Vec<char> = title.chars().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(at) = line
+            .windows(title.len())
+            .position(|w| w == title.as_slice())
+        else {
+            continue;
+        };
+        // The pane's left border: the corner before the title.
+        let Some(left) = line[..at].iter().rposition(|&c| c == '┌') else {
+            continue;
+        };
+        let mut words = Vec::new();
+        for row in &lines[i + 1..] {
+            if row.get(left) != Some(&'│') {
+                break;
+            }
+            let inside: String = row[left + 1..].iter().take_while(|&&c| c != '│').collect();
+            words.extend(inside.split_whitespace().map(str::to_string));
+        }
+        return words.join(" ");
+    }
+    panic!(
+        "no pane titled {title:?} in:\n{screen}",
+        title = String::from_iter(title)
+    );
+}
+
 #[test]
 fn top_shows_devices_rates_explanations_and_gives_the_terminal_back() {
     let root = scratch_tree("main");
@@ -236,8 +269,14 @@ fn top_shows_devices_rates_explanations_and_gives_the_terminal_back() {
         row_cells(&screen, "mlx5_1").unwrap_or_else(|| panic!("no row for mlx5_1 in:\n{screen}"));
     assert_eq!(cells[2], "DOWN", "{cells:?}");
     assert_eq!(cells[4], "Eth", "{cells:?}");
-    assert!(screen.contains("sysfs has no QP information"), "{screen}");
-    assert!(screen.contains("no --rdmad URL"), "{screen}");
+    assert!(
+        pane_text(&screen, " Resources (QPs) ").contains("sysfs has no QP information"),
+        "{screen}"
+    );
+    assert!(
+        pane_text(&screen, " Probes (rdmad) ").contains("no --rdmad URL"),
+        "{screen}"
+    );
 
     // Counters move: packets and an error counter. Rates and the doctor must show it.
     let screen = tmux.wait_until("non-zero rates for mlx5_0", || {
