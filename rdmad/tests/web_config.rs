@@ -1,12 +1,17 @@
 //! `--web.config.file` end to end: the rdmad binary serving HTTPS, basic auth and mutual TLS
-//! on 127.0.0.1, checked with curl; certificates are made at test time with the openssl CLI
-//! (a CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and a
-//! self-signed client certificate the CA did not sign). Both tools are in the base image; a
-//! missing tool skips the test, or fails it when `CI` is set.
+//! on 127.0.0.1, checked with curl; certificates are made at test time with rcgen (a CA, a
+//! server certificate for 127.0.0.1 and localhost, a client certificate, and a self-signed
+//! client certificate the CA did not sign). A missing curl skips the test, or fails it when
+//! `CI` is set (tests/run sets it and installs curl).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
 
 mod common;
 
@@ -19,7 +24,7 @@ fn have(tool: &str, test: &str) -> bool {
 }
 
 fn tools(test: &str) -> bool {
-    have("openssl", test) && have("curl", test)
+    have("curl", test)
 }
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -56,113 +61,61 @@ impl Drop for TempDir {
     }
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// A certificate signed by `issuer` (self-signed when `None`) for `params`, written as
+/// `name.pem` and its key as `name.key` (PKCS#8, P-256, as a key from an openssl CLI would be).
+fn write_cert(
+    dir: &TempDir,
+    name: &str,
+    params: CertificateParams,
+    issuer: Option<&Issuer<'_, KeyPair>>,
+) -> KeyPair {
+    let key = KeyPair::generate().expect("a P-256 key");
+    let cert = match issuer {
+        Some(ca) => params.signed_by(&key, ca),
+        None => params.self_signed(&key),
+    }
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
+    dir.write(&format!("{name}.pem"), &cert.pem());
+    dir.write(&format!("{name}.key"), &key.serialize_pem());
+    key
+}
+
+/// Certificate parameters with `cn`, the subject alternative names `sans`, and for an end
+/// entity (not a CA) a digitalSignature key usage and the extended key usage `eku`.
+fn params(cn: &str, sans: &[&str], eku: Option<ExtendedKeyUsagePurpose>) -> CertificateParams {
+    // An IP address becomes an IP SAN, anything else a DNS name.
+    let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
+    let mut p = CertificateParams::new(sans).unwrap();
+    p.distinguished_name.push(DnType::CommonName, cn);
+    match eku {
+        Some(eku) => {
+            p.is_ca = IsCa::ExplicitNoCa;
+            p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+            p.extended_key_usages = vec![eku];
+        }
+        None => {
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        }
+    }
+    p
 }
 
 /// In `dir`: ca.pem/ca.key, server.pem/server.key (signed by the CA, for 127.0.0.1 and
 /// localhost), client.pem/client.key (signed by the CA), rogue.pem/rogue.key (self-signed).
 fn make_certs(dir: &TempDir) {
-    let d = &dir.0;
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    let ca = [
-        &["req", "-x509"][..],
-        &ec,
-        &[
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=rdmad test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ],
-    ]
-    .concat();
-    openssl(d, &ca);
-    dir.write(
-        "server.ext",
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
-         keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+    let ca_params = params("rdmad test CA", &[], None);
+    let ca_key = write_cert(dir, "ca", ca_params.clone(), None);
+    let ca = Issuer::new(ca_params, ca_key);
+    let server = params(
+        "localhost",
+        &["127.0.0.1", "localhost"],
+        Some(ExtendedKeyUsagePurpose::ServerAuth),
     );
-    dir.write(
-        "client.ext",
-        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n\
-         extendedKeyUsage=clientAuth\n",
-    );
-    for (name, cn) in [("server", "/CN=localhost"), ("client", "/CN=prometheus")] {
-        let (key, csr, pem, ext) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.pem"),
-            format!("{name}.ext"),
-        );
-        let req = [
-            &["req"][..],
-            &ec,
-            &["-keyout", &key, "-out", &csr, "-subj", cn],
-        ]
-        .concat();
-        openssl(d, &req);
-        openssl(
-            d,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-out",
-                &pem,
-                "-extfile",
-                &ext,
-            ],
-        );
-    }
-    let rogue = [
-        &["req", "-x509"][..],
-        &ec,
-        &[
-            "-keyout",
-            "rogue.key",
-            "-out",
-            "rogue.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=prometheus",
-            "-addext",
-            "extendedKeyUsage=clientAuth",
-        ],
-    ]
-    .concat();
-    openssl(d, &rogue);
+    write_cert(dir, "server", server, Some(&ca));
+    let client = || params("prometheus", &[], Some(ExtendedKeyUsagePurpose::ClientAuth));
+    write_cert(dir, "client", client(), Some(&ca));
+    write_cert(dir, "rogue", client(), None);
 }
 
 /// A running rdmad with a web config on a free loopback port; killed on drop.
@@ -611,9 +564,6 @@ fn the_deploy_example_is_valid() {
     let config =
         rdmad::webconfig::load(&example).unwrap_or_else(|e| panic!("deploy/web-config.yml: {e:#}"));
     assert!(config.tls.is_none() && config.auth.is_none() && config.headers.is_empty());
-    if !have("openssl", "the_deploy_example_is_valid (uncommented)") {
-        return;
-    }
     let dir = TempDir::new("example");
     make_certs(&dir);
     for (from, to) in [
