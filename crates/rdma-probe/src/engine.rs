@@ -486,6 +486,15 @@ struct PeerLink {
     connects: u64,
 }
 
+impl PeerLink {
+    /// A connect or a run failed at `now`: the next attempt waits the current backoff, and
+    /// the backoff after that doubles, up to `max`.
+    fn failed(&mut self, now: Instant, max: Duration) {
+        self.next_attempt = now + self.backoff;
+        self.backoff = (self.backoff * 2).min(max);
+    }
+}
+
 fn main_loop(shared: &Shared, cfg: &EngineConfig) {
     let mut meter = CpuMeter::start();
     let clock = Clock::calibrate();
@@ -631,8 +640,7 @@ fn peer_round(
             }
             Err(f) => {
                 shared.record(key(cfg, "", &link.addr), Err(f));
-                link.next_attempt = now + link.backoff;
-                link.backoff = (link.backoff * 2).min(cfg.backoff_max);
+                link.failed(now, cfg.backoff_max);
                 return;
             }
         }
@@ -645,8 +653,7 @@ fn peer_round(
         link.backoff = cfg.backoff_min;
     } else {
         link.conn = None;
-        link.next_attempt = Instant::now() + link.backoff;
-        link.backoff = (link.backoff * 2).min(cfg.backoff_max);
+        link.failed(Instant::now(), cfg.backoff_max);
     }
 }
 
@@ -668,7 +675,10 @@ mod tests {
             peer_op: ProbeOp::Send,
             ..EngineConfig::default()
         };
-        assert!(ProbeEngine::start(cfg).is_err());
+        match ProbeEngine::start(cfg) {
+            Err(EngineError::Config(why)) => assert!(why.contains("one-sided"), "{why}"),
+            other => panic!("a SEND peer op must be a config error: {:?}", other.err()),
+        }
     }
 
     #[test]
@@ -727,14 +737,51 @@ mod tests {
                 .and_then(|t| t.failures_total.get("CONNECT_ERR").copied())
                 .unwrap_or(0)
         };
+        // The backoffs the engine reports on the way: each one of 10, 20, 40 ms, never less
+        // than the one before (sampling may miss a step, it never sees one out of order).
+        let mut seen: Vec<f64> = Vec::new();
         while fails(&h) < 4 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
+            if let Some(b) = h.snapshot().peers.first().map(|p| p.backoff_seconds) {
+                if seen.last() != Some(&b) {
+                    seen.push(b);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
+        assert!(
+            seen.iter().all(|b| [0.01, 0.02, 0.04].contains(b))
+                && seen.windows(2).all(|w| w[0] < w[1]),
+            "backoffs seen: {seen:?}"
+        );
         let snap = h.snapshot();
         assert!(fails(&h) >= 4, "{snap:?}");
         let p = &snap.peers[0];
         assert!(!p.connected);
         assert_eq!(p.backoff_seconds, 0.04, "bounded by backoff_max");
         engine.stop();
+    }
+
+    /// Each failure waits the current backoff before the next attempt and doubles the one
+    /// after, up to the bound: 10, 20, 40, 40 ms for a 10 ms start and a 40 ms bound.
+    #[test]
+    fn backoff_doubles_on_each_failure() {
+        let min = Duration::from_millis(10);
+        let max = Duration::from_millis(40);
+        let t0 = Instant::now();
+        let mut link = PeerLink {
+            addr: "127.0.0.1:1".into(),
+            conn: None,
+            backoff: min,
+            next_attempt: t0,
+            connects: 0,
+        };
+        let mut waits = Vec::new();
+        for _ in 0..4 {
+            link.failed(t0, max);
+            waits.push(link.next_attempt - t0);
+        }
+        let ms = Duration::from_millis;
+        assert_eq!(waits, [ms(10), ms(20), ms(40), ms(40)]);
+        assert_eq!(link.backoff, max);
     }
 }
