@@ -5,8 +5,8 @@
 //! Golden files live in `tests/fixtures/golden/<fixture>.prom`, one per tree in
 //! `tests/fixtures/sysfs/` (a directory with a `class/` subdirectory). Collector durations are
 //! the only values that vary between runs: they are replaced by 0 before comparing. To accept
-//! a change, regenerate with `UPDATE_GOLDEN=1 cargo test -p rdmad --test e2e` and review the
-//! diff. The promtool and Prometheus tests fail (they do not skip) when `CI` is set and the
+//! a change, regenerate with `UPDATE_GOLDEN=1 cargo test -p rdmad --test e2e` (the test writes
+//! the files and then fails; it refuses to when `CI` is set), review the diff and run again. The promtool and Prometheus tests fail (they do not skip) when `CI` is set and the
 //! tool is missing.
 
 use std::io::{Read, Write};
@@ -90,6 +90,13 @@ fn golden_expositions() {
         "expected the fixture trees, found {trees:?}"
     );
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    // A rewrite is never a pass: refused under CI, and outside CI the files are written and
+    // the test fails, so the new goldens are reviewed (git diff) and checked by a clean run.
+    assert!(
+        !update || std::env::var_os("CI").is_none(),
+        "UPDATE_GOLDEN is set under CI: golden files are rewritten by hand, never by CI"
+    );
+    let mut rewritten = Vec::new();
     std::fs::create_dir_all(golden_dir()).unwrap();
     let mut failures = Vec::new();
     for (name, root) in &trees {
@@ -106,6 +113,7 @@ fn golden_expositions() {
         let path = golden_dir().join(format!("{name}.prom"));
         if update {
             std::fs::write(&path, &got).unwrap();
+            rewritten.push(path.display().to_string());
             continue;
         }
         let want = std::fs::read_to_string(&path).unwrap_or_default();
@@ -124,6 +132,11 @@ fn golden_expositions() {
             ));
         }
     }
+    assert!(
+        !update,
+        "UPDATE_GOLDEN: rewrote {}; review the diff, then run again without UPDATE_GOLDEN",
+        rewritten.join(", ")
+    );
     // A golden file without a fixture is stale.
     for entry in std::fs::read_dir(golden_dir()).unwrap().flatten() {
         let file = entry.file_name().to_string_lossy().into_owned();

@@ -2,7 +2,8 @@
 //!
 //! Each fixture's Snapshot is serialized to JSON and compared with its golden file in
 //! `tests/fixtures/sysfs/golden/<fixture>.json` (run with `UPDATE_GOLDEN=1` to rewrite them
-//! after an intended change, then review the diff). The other tests pin down the facts and
+//! after an intended change: the tests write the files and fail, and refuse when `CI` is set;
+//! review the diff and run again). The other tests pin down the facts and
 //! quirks one by one: units, gauges, GIDs, absent directories, unreadable and garbage files,
 //! and device filters applied before any file of a device is read.
 
@@ -26,10 +27,21 @@ fn check_golden(fixture: &str) {
     let mut json = serde_json::to_string_pretty(&snapshot).expect("snapshot serializes");
     json.push('\n');
     let golden = fixtures().join("golden").join(format!("{fixture}.json"));
-    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        // A rewrite is never a pass: refused under CI; outside CI written, then a failure, so
+        // the new file is reviewed (git diff) and checked by a run without UPDATE_GOLDEN.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "UPDATE_GOLDEN is set under CI: golden files are rewritten by hand, never by CI"
+        );
         std::fs::create_dir_all(golden.parent().expect("golden dir")).expect("create golden dir");
         std::fs::write(&golden, &json).expect("write golden");
-        return;
+        panic!(
+            "UPDATE_GOLDEN: rewrote {}; review the diff, then run again without UPDATE_GOLDEN \
+             (and re-run tests/fixtures/doctor/make_scenarios.py: the doctor scenarios are \
+             derived from these files)",
+            golden.display()
+        );
     }
     let expected = std::fs::read_to_string(&golden).unwrap_or_else(|err| {
         panic!(
