@@ -11,7 +11,8 @@ the query step, $__rate_interval is max($__interval + scrape interval, 4 x scrap
 $__range the whole window. Each target runs as a range query over [start, end]; a panel is
 "ok" when one of its targets returns at least one sample. Panels in
 dashboards/live-allowlist.txt must be EMPTY (a listed panel with data is a stale entry and
-fails). The packet-rate panels must also be above zero somewhere (the lab runs traffic). Also
+fails). The panels in MUST_MOVE (packet rates, the rxe error panels, probe runs) must also be
+above zero somewhere: all-zero data there fails (the lab runs traffic and qp-errors). Also
 checks that Prometheus loaded every rule of dashboards/rules/ without error.
 Prints one line per panel and "N passed, M failed"; exits 1 on any failure.
 """
@@ -91,9 +92,24 @@ def resolve_vars(base, board, builtins, start, end):
     return values, notes
 
 
-# Panels that must show movement, not just series: the lab runs ib_write_bw, so a flat packet
-# rate means the traffic (or the counters behind the panel) did not reach Prometheus.
-MUST_MOVE = {"rdma-fleet/Packet rate", "rdma-fleet/Top talkers (packets/s)"}
+# Panels that must show movement (a value above zero somewhere), not just series: all-zero
+# data there means the lab's traffic, its qp-errors experiment or the counters behind the
+# panel did not reach Prometheus. tests/live-prometheus fails when the traffic or the
+# experiment fails, so each reason below holds in every passing run.
+MUST_MOVE = {
+    "rdma-fleet/Packet rate": "ib_write_bw rxe_b -> rxe_a",
+    "rdma-fleet/Top talkers (packets/s)": "ib_write_bw rxe_b -> rxe_a",
+    "rdma-fleet/Error events per port": "qp-errors on rxe0 (RNR and transport retries)",
+    "rdma-errors/RNR retries exhausted [error]":
+        "qp-errors part rnr: retry_rnr_exceeded_err on rxe0",
+    "rdma-errors/RNR NAKs [warning]": "qp-errors part rnr: send_rnr_err/rcvd_rnr_err on rxe0",
+    "rdma-errors/Transport retries exhausted [error]":
+        "qp-errors part retry_exc: retry_exceeded_err on rxe0",
+    "rdma-errors/Packet loss and retransmission [warning]":
+        "qp-errors part retry_exc: completer_retry_err on rxe0",
+    "rdma-errors/rxe: error counters": "qp-errors on rxe0",
+    "rdma-probes/Successful probe runs": "rdmad probes every 2 s",
+}
 
 
 def main():
@@ -159,7 +175,7 @@ def main():
                     print(f"EMPTY (allowed) {key}: {allow[key]}")
             elif key in MUST_MOVE and has_data and not (peak or 0) > 0:
                 failed += 1
-                print(f"FLAT {key}: {detail}: expected traffic from ib_write_bw")
+                print(f"FLAT {key}: {detail}: all zero, expected movement from {MUST_MOVE[key]}")
             elif has_data and len(unknown) < len(names):
                 passed += 1
                 print(f"ok {key}: {detail}")
@@ -170,6 +186,12 @@ def main():
     for key in sorted(set(allow) - seen_keys):
         failed += 1
         print(f"STALE-ALLOW {key}: no such panel")
+    for key in sorted(set(MUST_MOVE) - seen_keys):
+        failed += 1
+        print(f"STALE-MUST-MOVE {key}: no such panel (dashboards/live_check.py MUST_MOVE)")
+    for key in sorted(set(MUST_MOVE) & set(allow)):
+        failed += 1
+        print(f"CONTRADICTION {key}: must move, yet on dashboards/live-allowlist.txt")
     # The rules loaded and evaluate without error.
     groups = get(base, "/api/v1/rules")["groups"]
     rules = [r for g in groups for r in g["rules"]]
