@@ -180,6 +180,11 @@ fn payload(spec: &RunSpec, out: &Path) -> Result<(), LabError> {
     Ok(())
 }
 
+/// The file in a run's directory (`<cache>/runs/<id>/`) where qemu writes its pid. The
+/// directory is removed when the run ends, so a pidfile naming a live qemu is a VM left behind
+/// (tests/run checks that none is).
+pub const QEMU_PIDFILE: &str = "qemu.pid";
+
 /// Boot the lab, run `spec`, and wait. Output lines of a run go to `on_line` when given,
 /// else straight to our stdout.
 pub fn run(
@@ -266,7 +271,9 @@ fn run_in(
     .arg("-serial")
     .arg(format!("file:{}", console.display()))
     .args(["-netdev", &netdev])
-    .args(["-device", "virtio-net-pci,netdev=n0,romfile="]);
+    .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
+    .arg("-pidfile")
+    .arg(run_dir.join(QEMU_PIDFILE));
     let interactive = matches!(spec.mode, Mode::Shell);
     if interactive {
         cmd.args([
