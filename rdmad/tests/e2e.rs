@@ -4,7 +4,9 @@
 //!
 //! Golden files live in `tests/fixtures/golden/<fixture>.prom`, one per tree in
 //! `tests/fixtures/sysfs/` (a directory with a `class/` subdirectory). Collector durations are
-//! the only values that vary between runs: they are replaced by 0 before comparing. To accept
+//! the only values that vary between runs: they are replaced by 0 before comparing; the build's
+//! git revision and features (`rdma_exporter_build_info`) by `@REVISION@` and `@FEATURES@`,
+//! checked on their own by `version_and_build_info_name_the_build`. To accept
 //! a change, regenerate with `UPDATE_GOLDEN=1 cargo test -p rdmad --test e2e` and review the
 //! diff. The promtool and Prometheus tests fail (they do not skip) when `CI` is set and the
 //! tool is missing.
@@ -45,11 +47,28 @@ fn golden_dir() -> PathBuf {
     workspace().join("tests/fixtures/golden")
 }
 
-/// Replace the values that change from run to run (collector durations) with 0.
+/// Replace the label `name`'s value in a sample line with `with`.
+fn replace_label(line: &str, name: &str, with: &str) -> String {
+    let key = format!("{name}=\"");
+    match line.find(&key) {
+        Some(start) => {
+            let value = start + key.len();
+            let end = value + line[value..].find('"').expect("a closing quote");
+            format!("{}{with}{}", &line[..value], &line[end..])
+        }
+        None => line.to_string(),
+    }
+}
+
+/// Replace the values that change from run to run (collector durations) with 0, and those
+/// that change from build to build (revision, features) with placeholders.
 fn normalize(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
-        if line.starts_with("rdma_scrape_collector_duration_seconds{") {
+        if line.starts_with("rdma_exporter_build_info{") {
+            let line = replace_label(line, "revision", "@REVISION@");
+            out.push_str(&replace_label(&line, "features", "@FEATURES@"));
+        } else if line.starts_with("rdma_scrape_collector_duration_seconds{") {
             let (series, _) = line.rsplit_once(' ').expect("a sample line has a value");
             out.push_str(series);
             out.push_str(" 0");
@@ -234,6 +253,62 @@ fn a_failing_collector_does_not_fail_the_scrape() {
     assert!(text.contains("rdma_scrape_collector_success{collector=\"sysfs_counters\"} 0\n"));
     assert!(text.contains("rdma_exporter_build_info{"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The features this test binary was compiled with are rdmad's (cargo enables the package's
+/// features for its integration tests).
+fn expected_features() -> &'static str {
+    match (cfg!(feature = "bpf"), cfg!(feature = "verbs")) {
+        (true, true) => "bpf,verbs",
+        (true, false) => "bpf",
+        (false, true) => "verbs",
+        (false, false) => "none",
+    }
+}
+
+/// The commit of this checkout, or "unknown" outside git (a release tarball): a failure
+/// under CI, which always runs in a clone.
+fn expected_revision() -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(workspace())
+        .args(["rev-parse", "HEAD"])
+        .output();
+    match out {
+        Ok(out) if out.status.success() => {
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        }
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set but the workspace is not a git checkout"
+            );
+            "unknown".to_string()
+        }
+    }
+}
+
+#[test]
+fn version_and_build_info_name_the_build() {
+    let (revision, features) = (expected_revision(), expected_features());
+    let out = run(rdmad().arg("--version"));
+    assert!(out.status.success());
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "rdmad {} (revision {revision}, features {features})\n",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+    let dir = tempdir("build-info");
+    std::fs::create_dir_all(dir.join("class/infiniband")).unwrap();
+    let text = once(&dir, SYSFS_ONLY);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let want = format!(
+        "rdma_exporter_build_info{{version=\"{}\",revision=\"{revision}\",features=\"{features}\"}} 1\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(text.contains(&want), "no {want:?} in\n{text}");
 }
 
 /// Without the `bpf` feature `--collector.trace` is not a startup failure: the reason is
