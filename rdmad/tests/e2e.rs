@@ -646,51 +646,112 @@ fn systemd_unit_is_hardened_and_its_flags_are_valid() {
     assert_flags_parse("rdmad.service", &args);
 }
 
+/// A string field of a YAML mapping.
+fn yaml_str<'a>(v: &'a serde_yaml_ng::Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(|x| x.as_str())
+}
+
+/// The Kubernetes manifests, as rendered by `kubectl kustomize` for the base and each
+/// component: the golden renders in tests/kubernetes/golden (tests/kubernetes-check keeps them
+/// equal to the real renders). In each, the DaemonSet's args and environment and the
+/// ConfigMap's rdmad.toml must be settings rdmad accepts, as a whole (so a component that needs
+/// another, like pingmesh the probes' secret, fails here when rendered alone).
 #[test]
 fn kubernetes_manifests_match_the_binary() {
-    let dir = workspace().join("deploy/kubernetes");
-    let ds = std::fs::read_to_string(dir.join("daemonset.yaml")).unwrap();
-    // The container's args.
-    let mut args = Vec::new();
-    let mut in_args = false;
-    for line in ds.lines() {
-        let t = line.trim();
-        if t == "args:" {
-            in_args = true;
-        } else if in_args {
-            match t.strip_prefix("- ") {
-                Some(arg) => args.push(arg.trim_matches('"').to_string()),
-                None => in_args = false,
+    use serde::Deserialize;
+    use serde_yaml_ng::Value;
+    let dir = workspace().join("tests/kubernetes/golden");
+    let mut renders: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/kubernetes/golden exists")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    renders.sort();
+    assert!(renders.len() >= 5, "golden renders: {renders:?}");
+    let command = rdmad::cli::command();
+    let tmp = tempdir("kubernetes");
+    std::fs::create_dir_all(&tmp).unwrap();
+    for path in &renders {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(path).unwrap();
+        let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+            .map(|d| Value::deserialize(d).expect("a YAML document"))
+            .collect();
+        let kind = |k: &'static str| docs.iter().filter(move |d| yaml_str(d, "kind") == Some(k));
+        let config_map = |n: &str| {
+            kind("ConfigMap")
+                .find(|d| yaml_str(&d["metadata"], "name") == Some(n))
+                .unwrap_or_else(|| panic!("{name}: no ConfigMap {n}"))
+        };
+        let toml = yaml_str(&config_map("rdmad-config")["data"], "rdmad.toml").expect("rdmad.toml");
+        let config = tmp.join(format!("{name}.toml"));
+        std::fs::write(&config, toml).unwrap();
+        let ds: Vec<&Value> = kind("DaemonSet").collect();
+        assert_eq!(ds.len(), 1, "{name}: one DaemonSet");
+        let container = &ds[0]["spec"]["template"]["spec"]["containers"][0];
+        let mut argv = vec!["rdmad".to_string()];
+        for arg in container["args"].as_sequence().expect("args") {
+            let arg = arg.as_str().expect("a string arg");
+            match arg.strip_prefix("--config=") {
+                Some(file) => {
+                    assert_eq!(
+                        file, "/etc/rdmad/rdmad.toml",
+                        "{name}: the ConfigMap's mount"
+                    );
+                    argv.push(format!("--config={}", config.display()));
+                }
+                None => argv.push(arg.to_string()),
             }
         }
-    }
-    assert!(!args.is_empty(), "the DaemonSet has args");
-    assert_flags_parse("daemonset.yaml", &args);
-    // The ConfigMap's rdmad.toml: the indented block after `rdmad.toml: |`.
-    let mut toml = String::new();
-    let mut indent = None;
-    for line in ds.lines() {
-        if let Some(n) = indent {
-            if line.trim().is_empty() || line.starts_with(&" ".repeat(n)) {
-                toml.push_str(line.get(n..).unwrap_or(""));
-                toml.push('\n');
-                continue;
+        // Each environment variable as the flag it stands for, with its value (from the
+        // ConfigMap it references): an unknown RDMAD_* name fails.
+        for env in container["env"].as_sequence().into_iter().flatten() {
+            let var = yaml_str(env, "name").expect("env name");
+            let value = match yaml_str(env, "value") {
+                Some(v) => v.to_string(),
+                None => {
+                    let r = &env["valueFrom"]["configMapKeyRef"];
+                    let cm = config_map(yaml_str(r, "name").expect("configMapKeyRef.name"));
+                    yaml_str(&cm["data"], yaml_str(r, "key").expect("key"))
+                        .unwrap_or_else(|| panic!("{name}: {var}: no such key"))
+                        .to_string()
+                }
+            };
+            let flag = command
+                .get_arguments()
+                .find(|a| a.get_env().is_some_and(|e| e == var))
+                .and_then(|a| a.get_long())
+                .unwrap_or_else(|| panic!("{name}: rdmad reads no environment variable {var}"));
+            if !value.is_empty() {
+                argv.push(format!("--{flag}={value}"));
             }
-            break;
         }
-        if line.trim() == "rdmad.toml: |" {
-            indent = Some(line.len() - line.trim_start().len() + 2);
-        }
+        let settings = match rdmad::cli::parse_from(&argv) {
+            Ok(s) => s,
+            Err(e) => panic!("{name}: rdmad rejects {argv:?}: {e:?}"),
+        };
+        assert_eq!(settings.sysfs, PathBuf::from("/host/sys"), "{name}");
+        assert_eq!(settings.listen_address, ":9736", "{name}");
+        let port = &container["ports"][0];
+        assert_eq!(
+            (yaml_str(port, "name"), port["containerPort"].as_u64()),
+            (Some("metrics"), Some(9736)),
+            "{name}"
+        );
+        assert_eq!(
+            settings.collectors.contains(&"trace"),
+            argv.iter().any(|a| a == "--collector.trace"),
+            "{name}"
+        );
+        assert_eq!(
+            settings.probe.enable,
+            argv.iter().any(|a| a == "--probe.enable"),
+            "{name}"
+        );
+        assert!(!text.contains("NET_ADMIN"), "{name}: NET_ADMIN");
     }
-    let config = rdmad::config::parse(&toml).expect("the ConfigMap's rdmad.toml is valid");
-    assert_eq!(config.sysfs, Some(PathBuf::from("/host/sys")));
-    assert!(ds.contains("mountPath: /host/sys"));
-    assert!(ds.contains("containerPort: 9736"));
-    assert!(!ds.contains("NET_ADMIN") || ds.contains("Never add NET_ADMIN"));
-    let svc = std::fs::read_to_string(dir.join("service.yaml")).unwrap();
-    assert!(svc.contains("port: 9736") && svc.contains("name: metrics"));
-    let sm = std::fs::read_to_string(dir.join("servicemonitor.yaml")).unwrap();
-    assert!(sm.contains("port: metrics"));
+    std::fs::remove_dir_all(&tmp).unwrap();
 }
 
 /// A free loopback port (a race with other processes is possible but harmless here).
