@@ -211,7 +211,7 @@ pub fn collector_env(name: &str) -> String {
 pub fn command() -> Command {
     let mut cmd = Flags::augment_args(
         Command::new("rdmad")
-            .version(env!("CARGO_PKG_VERSION"))
+            .version(crate::build_info::long_version())
             .about("rdmad: RDMA devices and counters as Prometheus metrics")
             .after_help(
                 "Exit codes: 0 clean exit, 1 failure (bad setting, cannot listen), 2 usage error.",

@@ -1,6 +1,7 @@
 //! rdmad as a library: everything but `main`, so integration tests and benchmarks can drive
 //! the same code the binary runs.
 //!
+//! - [`build_info`]: version, git revision and features (`--version`, `rdma_exporter_build_info`);
 //! - [`cli`]: flags (node_exporter style) and their merge with the [`config`] file;
 //! - [`collector`]: the collector trait and table, one file per collector;
 //! - [`metrics`]: the metric set of one scrape and its encodings (text 0.0.4, OpenMetrics);
@@ -9,6 +10,7 @@
 //! - [`webconfig`]: `--web.config.file`, TLS and basic auth (the exporter-toolkit format).
 #![forbid(unsafe_code)]
 
+pub mod build_info;
 pub mod cli;
 pub mod collector;
 pub mod config;

@@ -4,9 +4,12 @@
 //!
 //! Golden files live in `tests/fixtures/golden/<fixture>.prom`, one per tree in
 //! `tests/fixtures/sysfs/` (a directory with a `class/` subdirectory). Collector durations are
-//! the only values that vary between runs: they are replaced by 0 before comparing. To accept
-//! a change, regenerate with `UPDATE_GOLDEN=1 cargo test -p rdmad --test e2e` (the test writes
-//! the files and then fails; it refuses to when `CI` is set), review the diff and run again. The promtool and Prometheus tests fail (they do not skip) when `CI` is set and the
+//! the only values that vary between runs: they are replaced by 0 before comparing; the build's
+//! git revision and features (`rdma_exporter_build_info`) by `@REVISION@` and `@FEATURES@`,
+//! checked on their own by `version_and_build_info_name_the_build`. To accept a change,
+//! regenerate with `UPDATE_GOLDEN=1 cargo test -p rdmad --test e2e` (the test writes the
+//! files and then fails; it refuses to when `CI` is set), review the diff and run again. The
+//! promtool and Prometheus tests fail (they do not skip) when `CI` is set and the
 //! tool is missing.
 
 use std::io::{Read, Write};
@@ -45,11 +48,28 @@ fn golden_dir() -> PathBuf {
     workspace().join("tests/fixtures/golden")
 }
 
-/// Replace the values that change from run to run (collector durations) with 0.
+/// Replace the label `name`'s value in a sample line with `with`.
+fn replace_label(line: &str, name: &str, with: &str) -> String {
+    let key = format!("{name}=\"");
+    match line.find(&key) {
+        Some(start) => {
+            let value = start + key.len();
+            let end = value + line[value..].find('"').expect("a closing quote");
+            format!("{}{with}{}", &line[..value], &line[end..])
+        }
+        None => line.to_string(),
+    }
+}
+
+/// Replace the values that change from run to run (collector durations) with 0, and those
+/// that change from build to build (revision, features) with placeholders.
 fn normalize(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
-        if line.starts_with("rdma_scrape_collector_duration_seconds{") {
+        if line.starts_with("rdma_exporter_build_info{") {
+            let line = replace_label(line, "revision", "@REVISION@");
+            out.push_str(&replace_label(&line, "features", "@FEATURES@"));
+        } else if line.starts_with("rdma_scrape_collector_duration_seconds{") {
             let (series, _) = line.rsplit_once(' ').expect("a sample line has a value");
             out.push_str(series);
             out.push_str(" 0");
@@ -247,6 +267,62 @@ fn a_failing_collector_does_not_fail_the_scrape() {
     assert!(text.contains("rdma_scrape_collector_success{collector=\"sysfs_counters\"} 0\n"));
     assert!(text.contains("rdma_exporter_build_info{"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The features this test binary was compiled with are rdmad's (cargo enables the package's
+/// features for its integration tests).
+fn expected_features() -> &'static str {
+    match (cfg!(feature = "bpf"), cfg!(feature = "verbs")) {
+        (true, true) => "bpf,verbs",
+        (true, false) => "bpf",
+        (false, true) => "verbs",
+        (false, false) => "none",
+    }
+}
+
+/// The commit of this checkout, or "unknown" outside git (a release tarball): a failure
+/// under CI, which always runs in a clone.
+fn expected_revision() -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(workspace())
+        .args(["rev-parse", "HEAD"])
+        .output();
+    match out {
+        Ok(out) if out.status.success() => {
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        }
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set but the workspace is not a git checkout"
+            );
+            "unknown".to_string()
+        }
+    }
+}
+
+#[test]
+fn version_and_build_info_name_the_build() {
+    let (revision, features) = (expected_revision(), expected_features());
+    let out = run(rdmad().arg("--version"));
+    assert!(out.status.success());
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "rdmad {} (revision {revision}, features {features})\n",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+    let dir = tempdir("build-info");
+    std::fs::create_dir_all(dir.join("class/infiniband")).unwrap();
+    let text = once(&dir, SYSFS_ONLY);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let want = format!(
+        "rdma_exporter_build_info{{version=\"{}\",revision=\"{revision}\",features=\"{features}\"}} 1\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(text.contains(&want), "no {want:?} in\n{text}");
 }
 
 /// Without the `bpf` feature `--collector.trace` is not a startup failure: the reason is
@@ -584,51 +660,112 @@ fn systemd_unit_is_hardened_and_its_flags_are_valid() {
     assert_flags_parse("rdmad.service", &args);
 }
 
+/// A string field of a YAML mapping.
+fn yaml_str<'a>(v: &'a serde_yaml_ng::Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(|x| x.as_str())
+}
+
+/// The Kubernetes manifests, as rendered by `kubectl kustomize` for the base and each
+/// component: the golden renders in tests/kubernetes/golden (tests/kubernetes-check keeps them
+/// equal to the real renders). In each, the DaemonSet's args and environment and the
+/// ConfigMap's rdmad.toml must be settings rdmad accepts, as a whole (so a component that needs
+/// another, like pingmesh the probes' secret, fails here when rendered alone).
 #[test]
 fn kubernetes_manifests_match_the_binary() {
-    let dir = workspace().join("deploy/kubernetes");
-    let ds = std::fs::read_to_string(dir.join("daemonset.yaml")).unwrap();
-    // The container's args.
-    let mut args = Vec::new();
-    let mut in_args = false;
-    for line in ds.lines() {
-        let t = line.trim();
-        if t == "args:" {
-            in_args = true;
-        } else if in_args {
-            match t.strip_prefix("- ") {
-                Some(arg) => args.push(arg.trim_matches('"').to_string()),
-                None => in_args = false,
+    use serde::Deserialize;
+    use serde_yaml_ng::Value;
+    let dir = workspace().join("tests/kubernetes/golden");
+    let mut renders: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/kubernetes/golden exists")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    renders.sort();
+    assert!(renders.len() >= 5, "golden renders: {renders:?}");
+    let command = rdmad::cli::command();
+    let tmp = tempdir("kubernetes");
+    std::fs::create_dir_all(&tmp).unwrap();
+    for path in &renders {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(path).unwrap();
+        let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+            .map(|d| Value::deserialize(d).expect("a YAML document"))
+            .collect();
+        let kind = |k: &'static str| docs.iter().filter(move |d| yaml_str(d, "kind") == Some(k));
+        let config_map = |n: &str| {
+            kind("ConfigMap")
+                .find(|d| yaml_str(&d["metadata"], "name") == Some(n))
+                .unwrap_or_else(|| panic!("{name}: no ConfigMap {n}"))
+        };
+        let toml = yaml_str(&config_map("rdmad-config")["data"], "rdmad.toml").expect("rdmad.toml");
+        let config = tmp.join(format!("{name}.toml"));
+        std::fs::write(&config, toml).unwrap();
+        let ds: Vec<&Value> = kind("DaemonSet").collect();
+        assert_eq!(ds.len(), 1, "{name}: one DaemonSet");
+        let container = &ds[0]["spec"]["template"]["spec"]["containers"][0];
+        let mut argv = vec!["rdmad".to_string()];
+        for arg in container["args"].as_sequence().expect("args") {
+            let arg = arg.as_str().expect("a string arg");
+            match arg.strip_prefix("--config=") {
+                Some(file) => {
+                    assert_eq!(
+                        file, "/etc/rdmad/rdmad.toml",
+                        "{name}: the ConfigMap's mount"
+                    );
+                    argv.push(format!("--config={}", config.display()));
+                }
+                None => argv.push(arg.to_string()),
             }
         }
-    }
-    assert!(!args.is_empty(), "the DaemonSet has args");
-    assert_flags_parse("daemonset.yaml", &args);
-    // The ConfigMap's rdmad.toml: the indented block after `rdmad.toml: |`.
-    let mut toml = String::new();
-    let mut indent = None;
-    for line in ds.lines() {
-        if let Some(n) = indent {
-            if line.trim().is_empty() || line.starts_with(&" ".repeat(n)) {
-                toml.push_str(line.get(n..).unwrap_or(""));
-                toml.push('\n');
-                continue;
+        // Each environment variable as the flag it stands for, with its value (from the
+        // ConfigMap it references): an unknown RDMAD_* name fails.
+        for env in container["env"].as_sequence().into_iter().flatten() {
+            let var = yaml_str(env, "name").expect("env name");
+            let value = match yaml_str(env, "value") {
+                Some(v) => v.to_string(),
+                None => {
+                    let r = &env["valueFrom"]["configMapKeyRef"];
+                    let cm = config_map(yaml_str(r, "name").expect("configMapKeyRef.name"));
+                    yaml_str(&cm["data"], yaml_str(r, "key").expect("key"))
+                        .unwrap_or_else(|| panic!("{name}: {var}: no such key"))
+                        .to_string()
+                }
+            };
+            let flag = command
+                .get_arguments()
+                .find(|a| a.get_env().is_some_and(|e| e == var))
+                .and_then(|a| a.get_long())
+                .unwrap_or_else(|| panic!("{name}: rdmad reads no environment variable {var}"));
+            if !value.is_empty() {
+                argv.push(format!("--{flag}={value}"));
             }
-            break;
         }
-        if line.trim() == "rdmad.toml: |" {
-            indent = Some(line.len() - line.trim_start().len() + 2);
-        }
+        let settings = match rdmad::cli::parse_from(&argv) {
+            Ok(s) => s,
+            Err(e) => panic!("{name}: rdmad rejects {argv:?}: {e:?}"),
+        };
+        assert_eq!(settings.sysfs, PathBuf::from("/host/sys"), "{name}");
+        assert_eq!(settings.listen_address, ":9736", "{name}");
+        let port = &container["ports"][0];
+        assert_eq!(
+            (yaml_str(port, "name"), port["containerPort"].as_u64()),
+            (Some("metrics"), Some(9736)),
+            "{name}"
+        );
+        assert_eq!(
+            settings.collectors.contains(&"trace"),
+            argv.iter().any(|a| a == "--collector.trace"),
+            "{name}"
+        );
+        assert_eq!(
+            settings.probe.enable,
+            argv.iter().any(|a| a == "--probe.enable"),
+            "{name}"
+        );
+        assert!(!text.contains("NET_ADMIN"), "{name}: NET_ADMIN");
     }
-    let config = rdmad::config::parse(&toml).expect("the ConfigMap's rdmad.toml is valid");
-    assert_eq!(config.sysfs, Some(PathBuf::from("/host/sys")));
-    assert!(ds.contains("mountPath: /host/sys"));
-    assert!(ds.contains("containerPort: 9736"));
-    assert!(!ds.contains("NET_ADMIN") || ds.contains("Never add NET_ADMIN"));
-    let svc = std::fs::read_to_string(dir.join("service.yaml")).unwrap();
-    assert!(svc.contains("port: 9736") && svc.contains("name: metrics"));
-    let sm = std::fs::read_to_string(dir.join("servicemonitor.yaml")).unwrap();
-    assert!(sm.contains("port: metrics"));
+    std::fs::remove_dir_all(&tmp).unwrap();
 }
 
 /// A free loopback port (a race with other processes is possible but harmless here).

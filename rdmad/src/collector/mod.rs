@@ -393,7 +393,11 @@ impl Collectors {
             "rdma_exporter_build",
             Kind::Info,
             || "The version of rdmad that produced these metrics".into(),
-            vec![("version", env!("CARGO_PKG_VERSION").to_string())],
+            vec![
+                ("version", crate::build_info::VERSION.to_string()),
+                ("revision", crate::build_info::REVISION.to_string()),
+                ("features", crate::build_info::features()),
+            ],
             Value::Int(1),
         );
         all
