@@ -44,28 +44,51 @@ static int lanes(uint8_t width)
 	}
 }
 
-static double lane_gbps(uint8_t speed)
+/*
+ * One lane speed of InfiniBand (ibv_port_attr.active_speed). Three numbers that are easy to
+ * mix up: the signalling rate on the wire, the data rate left after line encoding
+ * (8b/10b up to QDR, 64b/66b from FDR on; HDR and NDR also carry FEC), and the kernel's
+ * nominal rate, which is what sysfs `rate` multiplies by the width.
+ */
+struct lane_speed {
+	const char *name;
+	const char *encoding;
+	double signal_gbps;
+	double data_gbps;
+	double nominal_gbps;
+};
+
+static const struct lane_speed *lane_speed(uint8_t speed)
 {
-	switch (speed) {
-	case 1: return 2.5;
-	case 2: return 5.0;
-	case 4: return 10.0;
-	case 8: return 10.3125;
-	case 16: return 14.0625;
-	case 32: return 25.78125;
-	case 64: return 50.0;
-	case 128: return 100.0;
-	default: return 0.0;
-	}
+	static const struct lane_speed table[] = {
+		{ "SDR", "8b/10b", 2.5, 2.0, 2.5 },
+		{ "DDR", "8b/10b", 5.0, 4.0, 5.0 },
+		{ "QDR", "8b/10b", 10.0, 8.0, 10.0 },
+		{ "FDR10", "64b/66b", 10.3125, 10.0, 10.0 },
+		{ "FDR", "64b/66b", 14.0625, 13.64, 14.0 },
+		{ "EDR", "64b/66b", 25.78125, 25.0, 25.0 },
+		{ "HDR", "64b/66b + FEC, PAM4", 53.125, 50.0, 50.0 },
+		{ "NDR", "64b/66b + FEC, PAM4", 106.25, 100.0, 100.0 },
+	};
+	int i;
+
+	for (i = 0; i < 8; i++)
+		if (speed == 1u << i)
+			return &table[i];
+	return NULL;
 }
 
-/* Largest IB MTU whose RoCE v2 packet (IPv4 20 + UDP 8 + BTH 12 + ICRC 4) fits. */
+/*
+ * Largest IB MTU the kernel allows on a RoCE netdev of this MTU (iboe_get_mtu): it keeps
+ * room for the largest headers any RoCE packet can carry, 96 bytes: GRH 40 (IPv6-sized,
+ * also for IPv4), UDP 8, BTH 12, XRC extended header 4, AtomicETH 28, ICRC 4.
+ */
 static int roce_mtu_for(int netdev_mtu)
 {
 	int m;
 
 	for (m = 4096; m >= 256; m /= 2)
-		if (m + 20 + 8 + 12 + 4 <= netdev_mtu)
+		if (m + 40 + 8 + 12 + 4 + 28 + 4 <= netdev_mtu)
 			return m;
 	return 0;
 }
@@ -98,6 +121,7 @@ int main(int argc, char **argv)
 	struct ibv_context *ctx;
 	struct ibv_device_attr da;
 	struct ibv_port_attr pa;
+	const struct lane_speed *ls;
 	char path[256], rate[128], ndev[64], mtu_txt[32];
 	const char *name;
 	int ret = 1, netdev_mtu;
@@ -122,9 +146,18 @@ int main(int argc, char **argv)
 		snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%u/rate", name, p);
 		if (read_line(path, rate, sizeof(rate)))
 			strcpy(rate, "(unreadable)");
-		printf("  link: %dX x %g Gb/s per lane = %g Gb/s; sysfs rate: %s\n",
-		       lanes(pa.active_width), lane_gbps(pa.active_speed),
-		       lanes(pa.active_width) * lane_gbps(pa.active_speed), rate);
+		ls = lane_speed(pa.active_speed);
+		if (!ls) {
+			printf("  link: %dX, unknown lane speed code %u; sysfs rate: %s\n",
+			       lanes(pa.active_width), pa.active_speed, rate);
+		} else {
+			printf("  link: %dX %s: per lane %g Gb/s signalling, %g Gb/s data (%s)\n",
+			       lanes(pa.active_width), ls->name, ls->signal_gbps, ls->data_gbps,
+			       ls->encoding);
+			printf("  data rate %g Gb/s; sysfs rate: %s (nominal %g Gb/s x %d)\n",
+			       lanes(pa.active_width) * ls->data_gbps, rate, ls->nominal_gbps,
+			       lanes(pa.active_width));
+		}
 
 		if (pa.link_layer == IBV_LINK_LAYER_INFINIBAND) {
 			printf("  fabric: InfiniBand; LID %u, LMC %u, subnet manager at LID %u "

@@ -111,7 +111,10 @@ int main(int argc, char **argv)
 	struct ibv_context *ctx;
 	struct ibv_pd *pd = NULL;
 	struct ibv_mr *mr1 = NULL, *mr2 = NULL;
-	char small[256];
+	/* On the heap, never on the stack: a registered buffer must outlive every access
+	 * the device (or a peer with its rkey) may make, and a stack frame is reused. */
+	char *small = NULL;
+	const size_t small_len = 256;
 	size_t i;
 	int ret = 1;
 
@@ -131,25 +134,30 @@ int main(int argc, char **argv)
 			goto out;
 
 	/* 2. The same memory registered twice: two independent MRs. */
-	mr1 = ibv_reg_mr(pd, small, sizeof(small), IBV_ACCESS_LOCAL_WRITE);
-	mr2 = ibv_reg_mr(pd, small, sizeof(small), IBV_ACCESS_LOCAL_WRITE);
+	small = calloc(1, small_len);
+	if (!small) {
+		fprintf(stderr, "FAIL: calloc\n");
+		goto out;
+	}
+	mr1 = ibv_reg_mr(pd, small, small_len, IBV_ACCESS_LOCAL_WRITE);
+	mr2 = ibv_reg_mr(pd, small, small_len, IBV_ACCESS_LOCAL_WRITE);
 	if (!mr1 || !mr2) {
-		fprintf(stderr, "FAIL: ibv_reg_mr(stack buffer): %s\n", strerror(errno));
+		fprintf(stderr, "FAIL: ibv_reg_mr(small buffer): %s\n", strerror(errno));
 		goto out;
 	}
 	printf("same buffer twice: mr1 lkey 0x%x rkey 0x%x, mr2 lkey 0x%x rkey 0x%x\n",
 	       mr1->lkey, mr1->rkey, mr2->lkey, mr2->rkey);
 
 	/* 3. The access-flag rules. */
-	if (try_flags(pd, small, sizeof(small), 0, "none (local read only)", 0) ||
-	    try_flags(pd, small, sizeof(small), IBV_ACCESS_LOCAL_WRITE, "LOCAL_WRITE", 0) ||
-	    try_flags(pd, small, sizeof(small), IBV_ACCESS_REMOTE_READ, "REMOTE_READ", 0) ||
-	    try_flags(pd, small, sizeof(small),
+	if (try_flags(pd, small, small_len, 0, "none (local read only)", 0) ||
+	    try_flags(pd, small, small_len, IBV_ACCESS_LOCAL_WRITE, "LOCAL_WRITE", 0) ||
+	    try_flags(pd, small, small_len, IBV_ACCESS_REMOTE_READ, "REMOTE_READ", 0) ||
+	    try_flags(pd, small, small_len,
 		      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
 		      "LOCAL_WRITE|REMOTE_WRITE", 0) ||
-	    try_flags(pd, small, sizeof(small), IBV_ACCESS_REMOTE_WRITE,
+	    try_flags(pd, small, small_len, IBV_ACCESS_REMOTE_WRITE,
 		      "REMOTE_WRITE without LOCAL_WRITE", EINVAL) ||
-	    try_flags(pd, small, sizeof(small), IBV_ACCESS_REMOTE_ATOMIC,
+	    try_flags(pd, small, small_len, IBV_ACCESS_REMOTE_ATOMIC,
 		      "REMOTE_ATOMIC without LOCAL_WRITE", EINVAL)) {
 		fprintf(stderr, "FAIL: an access-flag rule did not behave as expected\n");
 		goto out;
@@ -165,5 +173,6 @@ out:
 		ret = 1;
 	if (ibv_close_device(ctx))
 		ret = 1;
+	free(small);
 	return ret;
 }

@@ -49,12 +49,14 @@ int main(int argc, char **argv)
 	struct ibv_port_attr pa;
 	struct ibv_qp_attr init_a, rtr, rts, a;
 	union ibv_gid gid;
+	struct conn_info self;
+	const char *why = "";
 	int gid_index, ret = 1, st;
 
 	ctx = open_device(argc > 1 ? argv[1] : NULL);
 	if (!ctx)
 		return 1;
-	if (ibv_query_port(ctx, 1, &pa) || pick_gid(ctx, 1, &gid_index, &gid)) {
+	if (ibv_query_port(ctx, 1, &pa) || pick_gid(ctx, 1, lab_netdev(), &gid_index, &gid)) {
 		FAIL("query port 1");
 		goto out;
 	}
@@ -87,7 +89,7 @@ int main(int argc, char **argv)
 	init_a.qp_state = IBV_QPS_INIT;
 	init_a.pkey_index = 0;
 	init_a.port_num = 1;
-	init_a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	init_a.qp_access_flags = 0; /* this QP carries no data: it grants the peer nothing */
 
 	/* RTR needs: the path (address vector), MTU, remote QPN, its first PSN, how many
 	 * RDMA READs/atomics it may have in flight toward us, and the RNR NAK delay. */
@@ -95,24 +97,28 @@ int main(int argc, char **argv)
 	rtr.qp_state = IBV_QPS_RTR;
 	rtr.path_mtu = pa.active_mtu;
 	rtr.dest_qp_num = qp->qp_num;
-	rtr.rq_psn = 0x123456;
 	rtr.max_dest_rd_atomic = 1;
 	rtr.min_rnr_timer = 12;
-	rtr.ah_attr.is_global = 1;
-	rtr.ah_attr.grh.dgid = gid;
-	rtr.ah_attr.grh.sgid_index = (uint8_t)gid_index;
-	rtr.ah_attr.grh.hop_limit = 1;
-	rtr.ah_attr.port_num = 1;
+	/* The QP is connected to itself: the "peer" is this port, this QP. */
+	self.qpn = qp->qp_num;
+	self.psn = random_psn();
+	self.lid = pa.lid;
+	self.gid = gid;
+	rtr.rq_psn = self.psn;
+	if (ah_attr_for(&rtr.ah_attr, pa.link_layer, 1, gid_index, &gid, &self, &why)) {
+		FAIL("address vector: %s", why);
+		goto out;
+	}
 	const int rtr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 
 	/* RTS needs: our first PSN, ACK timeout, retry counts, READs/atomics we may issue. */
 	memset(&rts, 0, sizeof(rts));
 	rts.qp_state = IBV_QPS_RTS;
-	rts.sq_psn = 0x123456;
+	rts.sq_psn = self.psn;
 	rts.timeout = 14;
 	rts.retry_cnt = 7;
-	rts.rnr_retry = 7;
+	rts.rnr_retry = 6;
 	rts.max_rd_atomic = 1;
 	const int rts_mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;

@@ -6,11 +6,14 @@
  * TCP socket. Then A SENDs a message to B, and A and B play ping-pong to time a round trip.
  *
  *   1 device list -> 2 context -> 3 PD -> 4 MRs -> 5 CQs -> 6 QPs
- *   -> 7 exchange (QPN, PSN, GID) -> 8 connect (INIT, RTR, RTS)
+ *   -> 7 exchange (QPN, PSN, LID, GID) -> 8 connect (INIT, RTR, RTS)
  *   -> 9 post RECV on B, SEND on A, poll both CQs -> 10 ping-pong -> 11 teardown
  *
  * Build: gcc -Wall -Wextra -Werror -O2 -o 05_rc_loopback 05_rc_loopback.c -libverbs
  * Run:   ./05_rc_loopback [device] [iterations] [gid-index]
+ *
+ * The address vector of step 8 comes from ah_attr.h (also used by the later chapters):
+ * on InfiniBand it addresses the peer by LID, on RoCE by GID.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,19 +25,14 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
+#include "ah_attr.h" /* struct conn_info (step 7) and ah_attr_for() (step 8) */
+
 #define MSG_SIZE 64
 #define PORT 1
 
-/* What one side must tell the other before they can talk (step 7). */
-struct conn_info {
-	uint32_t qpn;
-	uint32_t psn;
-	union ibv_gid gid;
-};
-
 struct side {
 	const char *name;
-	char *buf;
+	char *buf; /* MSG_SIZE bytes to send from, then MSG_SIZE bytes to receive into */
 	struct ibv_mr *mr;
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
@@ -50,10 +48,11 @@ static double now_us(void)
 }
 
 /* Step 8: RESET -> INIT -> RTR -> RTS, using what the peer told us. */
-static int connect_qp(struct side *s, const struct conn_info *peer, int gid_index,
-		      enum ibv_mtu mtu)
+static int connect_qp(struct side *s, const struct conn_info *peer,
+		      const struct ibv_port_attr *pa, int gid_index)
 {
 	struct ibv_qp_attr a;
+	const char *why = "";
 	int rc;
 
 	memset(&a, 0, sizeof(a));
@@ -68,16 +67,16 @@ static int connect_qp(struct side *s, const struct conn_info *peer, int gid_inde
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = mtu;
+	a.path_mtu = pa->active_mtu;
 	a.dest_qp_num = peer->qpn;
 	a.rq_psn = peer->psn;
 	a.max_dest_rd_atomic = 0;
 	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
-	a.ah_attr.grh.sgid_index = (uint8_t)gid_index;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = PORT;
+	/* The path to the peer: by LID on InfiniBand, by GID (a GRH) on RoCE. */
+	if (ah_attr_for(&a.ah_attr, pa->link_layer, PORT, gid_index, &s->me.gid, peer, &why)) {
+		fprintf(stderr, "FAIL: %s: %s\n", s->name, why);
+		return -1;
+	}
 	rc = ibv_modify_qp(s->qp, &a,
 			   IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 				   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
@@ -90,7 +89,7 @@ static int connect_qp(struct side *s, const struct conn_info *peer, int gid_inde
 	a.sq_psn = s->me.psn;
 	a.timeout = 14;
 	a.retry_cnt = 7;
-	a.rnr_retry = 7;
+	a.rnr_retry = 6; /* finite: a receiver falling behind is an error, not a stall */
 	a.max_rd_atomic = 0;
 	rc = ibv_modify_qp(s->qp, &a,
 			   IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
@@ -105,7 +104,7 @@ fail:
 
 static int post_recv(struct side *s)
 {
-	struct ibv_sge sge = { (uintptr_t)s->buf, MSG_SIZE, s->mr->lkey };
+	struct ibv_sge sge = { (uintptr_t)(s->buf + MSG_SIZE), MSG_SIZE, s->mr->lkey };
 	struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 };
 	struct ibv_recv_wr *bad;
 	int rc = ibv_post_recv(s->qp, &wr, &bad);
@@ -164,12 +163,11 @@ int main(int argc, char **argv)
 	struct side s[2] = { { .name = "A" }, { .name = "B" } };
 	struct ibv_wc wc;
 	char gidtxt[INET6_ADDRSTRLEN];
-	int n, i, gid_index = 1, ret = 1;
+	int n, i, gid_index = -1, ret = 1;
 	double t0;
 
 	if (iters <= 0)
 		iters = 200;
-	srand48(getpid()); /* random initial PSNs, as real applications use */
 
 	/* 1. Which devices exist? */
 	list = ibv_get_device_list(&n);
@@ -195,12 +193,28 @@ int main(int argc, char **argv)
 		fprintf(stderr, "FAIL: ibv_query_port: %s\n", strerror(errno));
 		goto out;
 	}
-	/* On RoCE the GID carries the IP address; the lab's ::ffff:10.0.2.15 is index 1.
-	 * On InfiniBand use index 0 (and the LID). */
-	if (pa.link_layer != IBV_LINK_LAYER_ETHERNET)
-		gid_index = 0;
-	if (argc > 3)
+	/* Which GID to be addressed by. On RoCE the GID carries the IP address: take the
+	 * first RoCE v2 GID with an IPv4 address (the lab: index 1, ::ffff:10.0.2.15),
+	 * never a fixed index (slots move as addresses come and go). On InfiniBand the
+	 * port GID, index 0; the LID routes inside the subnet. */
+	if (argc > 3) {
 		gid_index = atoi(argv[3]);
+	} else if (pa.link_layer != IBV_LINK_LAYER_ETHERNET) {
+		gid_index = 0;
+	} else {
+		static const uint8_t v4[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+		struct ibv_gid_entry e;
+
+		for (i = 0; i < pa.gid_tbl_len && gid_index < 0; i++)
+			if (ibv_query_gid_ex(ctx, PORT, i, &e, 0) == 0 &&
+			    e.gid_type == IBV_GID_TYPE_ROCE_V2 &&
+			    memcmp(e.gid.raw, v4, sizeof(v4)) == 0)
+				gid_index = i;
+		if (gid_index < 0) {
+			fprintf(stderr, "FAIL: no RoCE v2 GID with an IPv4 address\n");
+			goto out;
+		}
+	}
 
 	/* 3. A protection domain groups the objects that may be used together. */
 	pd = ibv_alloc_pd(ctx);
@@ -212,13 +226,15 @@ int main(int argc, char **argv)
 	for (i = 0; i < 2; i++) {
 		struct ibv_qp_init_attr init;
 
-		/* 4. Memory the device may touch must be registered. */
-		s[i].buf = calloc(1, MSG_SIZE);
+		/* 4. Memory the device may touch must be registered. One buffer per side:
+		 * the first half to send from, the second to receive into, so a message
+		 * arriving never overwrites one still being sent. */
+		s[i].buf = calloc(2, MSG_SIZE);
 		if (!s[i].buf) {
 			fprintf(stderr, "FAIL: calloc\n");
 			goto out;
 		}
-		s[i].mr = ibv_reg_mr(pd, s[i].buf, MSG_SIZE, IBV_ACCESS_LOCAL_WRITE);
+		s[i].mr = ibv_reg_mr(pd, s[i].buf, 2 * MSG_SIZE, IBV_ACCESS_LOCAL_WRITE);
 		if (!s[i].mr) {
 			fprintf(stderr, "FAIL: ibv_reg_mr: %s\n", strerror(errno));
 			goto out;
@@ -245,7 +261,8 @@ int main(int argc, char **argv)
 		}
 		/* 7. What we would send to the peer over TCP (or let librdmacm carry). */
 		s[i].me.qpn = s[i].qp->qp_num;
-		s[i].me.psn = (uint32_t)(lrand48() & 0xffffff);
+		s[i].me.psn = random_psn(); /* fresh for every connection */
+		s[i].me.lid = pa.lid; /* 0 on RoCE: Ethernet has no LIDs */
 		if (ibv_query_gid(ctx, PORT, gid_index, &s[i].me.gid)) {
 			fprintf(stderr, "FAIL: ibv_query_gid(%d): %s\n", gid_index,
 				strerror(errno));
@@ -259,8 +276,8 @@ int main(int argc, char **argv)
 	       s[0].me.psn, s[1].me.qpn, s[1].me.psn);
 
 	/* 8. Each side connects to what the other side told it. */
-	if (connect_qp(&s[0], &s[1].me, gid_index, pa.active_mtu) ||
-	    connect_qp(&s[1], &s[0].me, gid_index, pa.active_mtu))
+	if (connect_qp(&s[0], &s[1].me, &pa, gid_index) ||
+	    connect_qp(&s[1], &s[0].me, &pa, gid_index))
 		goto out;
 	printf("both QPs in RTS\n");
 
@@ -274,7 +291,7 @@ int main(int argc, char **argv)
 	if (wait_wc(&s[1], IBV_WC_RECV, &wc))
 		goto out;
 	printf("B: recv completion: %s, %u bytes: \"%s\"\n", ibv_wc_status_str(wc.status),
-	       wc.byte_len, s[1].buf);
+	       wc.byte_len, s[1].buf + MSG_SIZE);
 
 	/* 10. Ping-pong: A sends, B answers, repeat. Both receive queues stay stocked. */
 	if (post_recv(&s[0]) || post_recv(&s[1]))

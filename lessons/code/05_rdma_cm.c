@@ -29,7 +29,11 @@ struct conn {
 	char buf[MSG];
 };
 
-/* Wait for the next event; fail unless it is `want`. The event is acknowledged. */
+/*
+ * Wait for the next event; fail unless it is `want`. The event is acknowledged. *id_out
+ * is set only for the wanted event: an unexpected event may carry the LISTENING id, and
+ * a caller that took it for a new connection would destroy the listener twice.
+ */
 static int expect_event(const char *who, struct rdma_event_channel *ch,
 			enum rdma_cm_event_type want, struct rdma_cm_id **id_out)
 {
@@ -41,7 +45,7 @@ static int expect_event(const char *who, struct rdma_event_channel *ch,
 		return -1;
 	}
 	got = ev->event;
-	if (id_out)
+	if (id_out && got == want)
 		*id_out = ev->id;
 	printf("%s: event %s (status %d)\n", who, rdma_event_str(got), ev->status);
 	fflush(stdout);
@@ -151,7 +155,7 @@ static int server(struct sockaddr_in *addr, int ready_fd)
 		}
 	}
 	memset(&param, 0, sizeof(param));
-	param.rnr_retry_count = 7;
+	param.rnr_retry_count = 6; /* finite: see chapter 8 */
 	if (rdma_accept(id, &param)) {
 		FAIL("server: rdma_accept: %s", strerror(errno));
 		goto out;
@@ -167,7 +171,7 @@ static int server(struct sockaddr_in *addr, int ready_fd)
 out:
 	if (conn_free(id, &c))
 		ret = 1;
-	if (id && rdma_destroy_id(id))
+	if (id && id != listen_id && rdma_destroy_id(id))
 		ret = 1;
 	if (listen_id && rdma_destroy_id(listen_id))
 		ret = 1;
@@ -198,7 +202,7 @@ static int client(struct sockaddr_in *addr)
 		goto out;
 	memset(&param, 0, sizeof(param));
 	param.retry_count = 7;
-	param.rnr_retry_count = 7;
+	param.rnr_retry_count = 6; /* finite: see chapter 8 */
 	if (rdma_connect(id, &param) ||
 	    expect_event("client", ch, RDMA_CM_EVENT_ESTABLISHED, NULL))
 		goto out;
@@ -242,7 +246,7 @@ int main(int argc, char **argv)
 	ctx = open_device(argc > 1 ? argv[1] : NULL);
 	if (!ctx)
 		return 1;
-	rc = pick_gid(ctx, 1, &gid_index, &gid);
+	rc = pick_gid(ctx, 1, lab_netdev(), &gid_index, &gid);
 	if (ibv_close_device(ctx) || rc)
 		return 1;
 	if (gid.raw[10] != 0xff || gid.raw[11] != 0xff) {

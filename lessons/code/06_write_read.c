@@ -33,7 +33,10 @@ int main(int argc, char **argv)
 
 	if (loop_open(&l, argc > 1 ? argv[1] : NULL))
 		return 1;
-	if (loop_connect(&l, 7))
+	/* B is the target of WRITE, READ and atomics; nobody touches A's memory. */
+	if (loop_connect(&l, 0,
+			 IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
+			 LAB_RNR_RETRY))
 		goto out;
 	if (ibv_query_device(l.ctx, &da)) {
 		FAIL("ibv_query_device: %s", strerror(errno));

@@ -75,7 +75,7 @@ int main(int argc, char **argv)
 			printf("  gid[%2u] %-28s %-8s netdev %s\n", entries[i].gid_index, txt,
 			       gid_type_name(entries[i].gid_type), ifname);
 		}
-		if (pick_gid(ctx, p, &chosen, &gid))
+		if (pick_gid(ctx, p, lab_netdev(), &chosen, &gid))
 			goto out;
 		inet_ntop(AF_INET6, gid.raw, txt, sizeof(txt));
 		printf("port %u: connect QPs with gid index %d (%s)\n", p, chosen, txt);

@@ -58,7 +58,7 @@ int main(int argc, char **argv)
 
 	/* 1. Receiver not ready, and no retries allowed. */
 	printf("-- 1. SEND to a QP with no receive posted, rnr_retry = 0\n");
-	if (loop_connect(&l, 0))
+	if (loop_connect(&l, 0, IBV_ACCESS_REMOTE_WRITE, 0))
 		goto out;
 	t0 = now_us();
 	if (post_one(l.qp[0], IBV_WR_SEND, mr, buf, 64, 0, 0, 1))
@@ -90,7 +90,7 @@ int main(int argc, char **argv)
 
 	/* 2. Recovery: back to RESET, reconnect, and this time post the receive first. */
 	printf("-- 2. recovery: RESET -> INIT -> RTR -> RTS on both QPs, receive posted\n");
-	if (loop_connect(&l, 7))
+	if (loop_connect(&l, 0, IBV_ACCESS_REMOTE_WRITE, LAB_RNR_RETRY))
 		goto out;
 	print_states(&l);
 	if (post_recv_one(l.qp[1], mr, buf + 2048, 64, 3) ||

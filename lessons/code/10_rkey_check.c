@@ -11,10 +11,13 @@
  *   4. rkey of an MR in ANOTHER protection domain   -> IBV_WC_REM_ACCESS_ERR
  *   5. rkey of an MR that has been deregistered      -> IBV_WC_REM_ACCESS_ERR
  *   6. memory window (type 2): B binds a 256-byte window inside its MR and hands out
- *      the window's rkey instead of the MR's. Writes inside the window succeed; a write
- *      outside the window (but inside the MR) must fail on hardware. Soft-RoCE (rxe)
- *      checks only the MR's bounds: the program detects and reports which it is.
- *      After B invalidates the window, its rkey is refused.
+ *      the window's rkey instead of the MR's. Writes inside the window succeed. After B
+ *      invalidates the window (LOCAL_INV), its rkey is refused. B binds a second window
+ *      (a new key; a bound window is never bound again without LOCAL_INV first). A write
+ *      outside it (but inside the MR) must fail on hardware; Soft-RoCE (rxe) checks only
+ *      the MR's bounds: the program reports which it is.
+ *   7. right rkey, inside the MR, but B's QP was connected without REMOTE_WRITE in its
+ *      access flags -> IBV_WC_REM_INV_REQ_ERR: the QP is checked before the key.
  *
  * Build: gcc -Wall -Wextra -Werror -O2 -o 10_rkey_check 10_rkey_check.c -libverbs
  * Run:   ./10_rkey_check [device]
@@ -34,7 +37,7 @@ static int probe(const char *what, uint64_t addr, uint32_t rkey, uint32_t len,
 {
 	struct ibv_wc wc;
 
-	if (reconnect && loop_connect(&l, 7))
+	if (reconnect && loop_connect(&l, 0, IBV_ACCESS_REMOTE_WRITE, LAB_RNR_RETRY))
 		return -1;
 	if (post_one(l.qp[0], IBV_WR_RDMA_WRITE, amr, abuf, len, addr, rkey, 1))
 		return -1;
@@ -50,7 +53,11 @@ static int probe(const char *what, uint64_t addr, uint32_t rkey, uint32_t len,
 	return 0;
 }
 
-/* B binds `mw` to [addr, addr+len) of `mr` for remote writes; returns the new rkey. */
+/*
+ * B binds `mw` to [addr, addr+len) of `mr` for remote writes. *rkey holds the window's
+ * previous key on entry and its new one on return: every bind takes a fresh key (the
+ * next value of the key's low 8 bits), so a key handed out before stays dead.
+ */
 static int bind_window(struct ibv_mw *mw, struct ibv_mr *mr, void *addr, size_t len,
 		       uint32_t *rkey)
 {
@@ -63,7 +70,7 @@ static int bind_window(struct ibv_mw *mw, struct ibv_mr *mr, void *addr, size_t 
 	wr.opcode = IBV_WR_BIND_MW;
 	wr.send_flags = IBV_SEND_SIGNALED;
 	wr.bind_mw.mw = mw;
-	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey); /* a fresh key for every bind */
+	wr.bind_mw.rkey = ibv_inc_rkey(*rkey);
 	wr.bind_mw.bind_info.mr = mr;
 	wr.bind_mw.bind_info.addr = (uintptr_t)addr;
 	wr.bind_mw.bind_info.length = len;
@@ -73,8 +80,12 @@ static int bind_window(struct ibv_mw *mw, struct ibv_mr *mr, void *addr, size_t 
 		FAIL("post BIND_MW: %s", strerror(rc));
 		return -1;
 	}
-	if (poll_wc(l.cq[1], &wc, 2000) != 1 || wc.status != IBV_WC_SUCCESS) {
-		FAIL("BIND_MW did not complete successfully");
+	if (poll_wc(l.cq[1], &wc, 2000) != 1) {
+		FAIL("BIND_MW: no completion");
+		return -1;
+	}
+	if (wc.status != IBV_WC_SUCCESS) {
+		FAIL("BIND_MW completed with %s", wc_status_name(wc.status));
 		return -1;
 	}
 	*rkey = wr.bind_mw.rkey;
@@ -109,10 +120,10 @@ int main(int argc, char **argv)
 {
 	struct ibv_pd *pd2 = NULL;
 	struct ibv_mr *bmr = NULL, *romr = NULL, *pd2mr = NULL, *gonemr = NULL;
-	struct ibv_mw *mw = NULL;
+	struct ibv_mw *mw = NULL, *mw2 = NULL;
 	char *bbuf = NULL, *robuf = NULL, *pd2buf = NULL, *gonebuf = NULL;
 	uint64_t base;
-	uint32_t gone_rkey, mw_rkey;
+	uint32_t gone_rkey, mw_rkey, old_rkey;
 	int ret = 1, enforced;
 
 	if (loop_open(&l, argc > 1 ? argv[1] : NULL))
@@ -169,47 +180,75 @@ int main(int argc, char **argv)
 	if (!mw) {
 		printf("6. memory windows: ibv_alloc_mw failed (%s): skipped\n", strerror(errno));
 	} else {
-		if (loop_connect(&l, 7) || bind_window(mw, bmr, bbuf + 1024, 256, &mw_rkey))
+		mw_rkey = mw->rkey;
+		if (loop_connect(&l, 0, IBV_ACCESS_REMOTE_WRITE, LAB_RNR_RETRY) ||
+		    bind_window(mw, bmr, bbuf + 1024, 256, &mw_rkey))
 			goto out;
 		printf("6. window [MR+1024, MR+1280) bound, window rkey 0x%x\n", mw_rkey);
 		if (probe("6a. window rkey, inside the window", base + 1024, mw_rkey, 64,
 			  IBV_WC_SUCCESS, 0))
 			goto out;
+		/* A bound window is invalidated before it may be bound again. */
+		if (invalidate(mw_rkey))
+			goto out;
+		printf("6b. B invalidated window rkey 0x%x\n", mw_rkey);
+		if (probe("6c. window rkey after invalidation", base + 1024, mw_rkey, 64,
+			  IBV_WC_REM_ACCESS_ERR, 0))
+			goto out;
+		/* 6c broke both QPs. Reconnect, and bind a second, fresh window for the
+		 * bounds test: a window is never bound again while bound, and a key that was
+		 * handed out is never reused. */
+		mw2 = ibv_alloc_mw(l.pd, IBV_MW_TYPE_2);
+		if (!mw2) {
+			FAIL("second ibv_alloc_mw: %s", strerror(errno));
+			goto out;
+		}
+		old_rkey = mw_rkey;
+		mw_rkey = mw2->rkey;
+		if (loop_connect(&l, 0, IBV_ACCESS_REMOTE_WRITE, LAB_RNR_RETRY) ||
+		    bind_window(mw2, bmr, bbuf + 1024, 256, &mw_rkey))
+			goto out;
+		printf("6d. a second window bound at the same place, rkey 0x%x (0x%x stays dead)\n",
+		       mw_rkey, old_rkey);
+		if (mw_rkey == old_rkey) {
+			printf("  expected a new key\n");
+			failures++;
+		}
 		/* Outside the window, inside the MR: do not count it as a failure either way,
-		 * report what this device does. */
+		 * report what this device does. Last, because on hardware it breaks the QPs. */
 		{
 			struct ibv_wc wc;
 
 			if (post_one(l.qp[0], IBV_WR_RDMA_WRITE, amr, abuf, 64, base + 2048,
 				     mw_rkey, 2) ||
 			    poll_wc(l.cq[0], &wc, 5000) != 1) {
-				FAIL("6b: no completion");
+				FAIL("6e: no completion");
 				goto out;
 			}
 			enforced = wc.status == IBV_WC_REM_ACCESS_ERR;
-			printf("%-52s %s\n", "6b. window rkey, outside the window, inside the MR",
+			printf("%-52s %s\n", "6e. window rkey, outside the window, inside the MR",
 			       wc_status_name(wc.status));
 			printf("window bounds: %s\n",
 			       enforced ? "enforced (the write outside the window was refused)" :
 					  "NOT enforced by this device: only the MR's bounds are "
 					  "checked (Soft-RoCE); hardware refuses this write");
 		}
-		if (enforced && (loop_connect(&l, 7) ||
-				 bind_window(mw, bmr, bbuf + 1024, 256, &mw_rkey)))
-			goto out;
-		if (invalidate(mw_rkey))
-			goto out;
-		printf("6c. B invalidated window rkey 0x%x\n", mw_rkey);
-		if (probe("6d. window rkey after invalidation", base + 1024, mw_rkey, 64,
-			  IBV_WC_REM_ACCESS_ERR, 0))
-			goto out;
 	}
+
+	/* 7. The right rkey, inside the MR, but B's QP grants no remote write at all. */
+	if (loop_connect(&l, 0, 0, LAB_RNR_RETRY))
+		goto out;
+	if (probe("7. B's QP grants no REMOTE_WRITE (the MR does)", base + 128, bmr->rkey, 64,
+		  IBV_WC_REM_INV_REQ_ERR, 0))
+		goto out;
 	if (failures == 0) {
 		printf("OK\n");
 		ret = 0;
 	}
 out:
 	/* Windows before the MRs they cover; MRs before their PDs; then the loop. */
+	if (mw2 && ibv_dealloc_mw(mw2))
+		ret = 1;
 	if (mw && ibv_dealloc_mw(mw))
 		ret = 1;
 	if (amr && ibv_dereg_mr(amr))

@@ -96,7 +96,7 @@ static int traffic(struct loop *l, struct ibv_mr *mr, char *buf)
 	struct ibv_wc wc;
 	int i;
 
-	if (loop_connect(l, 7))
+	if (loop_connect(l, 0, IBV_ACCESS_REMOTE_WRITE, LAB_RNR_RETRY))
 		return -1;
 	for (i = 0; i < N; i++) {
 		if (post_recv_one(l->qp[1], mr, buf + SZ, SZ, 1) ||
@@ -116,8 +116,8 @@ static int traffic(struct loop *l, struct ibv_mr *mr, char *buf)
 		}
 	}
 	printf("traffic: %d SENDs and %d WRITEs of %d bytes done\n", N, N, SZ);
-	if (loop_connect(l, 0) || post_one(l->qp[0], IBV_WR_SEND, mr, buf, 64, 0, 0, 4) ||
-	    poll_wc(l->cq[0], &wc, 5000) != 1) {
+	if (loop_connect(l, 0, IBV_ACCESS_REMOTE_WRITE, 0) ||
+	    post_one(l->qp[0], IBV_WR_SEND, mr, buf, 64, 0, 0, 4) || poll_wc(l->cq[0], &wc, 5000) != 1) {
 		FAIL("RNR probe failed to complete");
 		return -1;
 	}

@@ -5,9 +5,13 @@
  * chapters reuse the same steps from here so that each program can focus on its topic:
  *
  *   open_device()   the named device, or the first one
- *   pick_gid()      a RoCE v2 GID with an IPv4 address (the lab: index 1, ::ffff:10.0.2.15)
+ *   pick_gid()      the GID to be addressed by: on RoCE a v2 GID of the chosen network
+ *                   interface, with an IPv4 address if it has one (the lab: index 1,
+ *                   ::ffff:10.0.2.15); on InfiniBand the port GID (index 0)
+ *   random_psn()    a fresh random 24-bit packet sequence number (ah_attr.h)
  *   loop_open()     context, PD, two CQs and two RC QPs ("A" and "B") on one device
- *   loop_connect()  RESET -> INIT -> RTR -> RTS for both QPs, A connected to B
+ *   qp_connect()    RESET -> INIT -> RTR -> RTS for one QP, with the remote rights it grants
+ *   loop_connect()  the same for both QPs, A connected to B
  *   poll_wc()       busy-poll one completion, with a time limit
  *   loop_close()    teardown in the right order
  *
@@ -18,12 +22,22 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <net/if.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <infiniband/verbs.h>
+
+#include "ah_attr.h"
+
+/*
+ * rnr_retry for connections that expect no RNR at all: finite, so that a receiver that
+ * falls behind becomes IBV_WC_RNR_RETRY_EXC_ERR instead of a silent stall (chapter 8).
+ * 7 would mean "retry forever".
+ */
+#define LAB_RNR_RETRY 6
 
 /* Print an error line on stderr, prefixed so that tests and readers spot it. */
 #define FAIL(...)                                                                          \
@@ -118,14 +132,32 @@ static inline struct ibv_context *open_device(const char *want)
 }
 
 /*
- * Pick the GID to address this port with: a RoCE v2 GID that carries an IPv4 address
- * (::ffff:a.b.c.d) if there is one, else any RoCE v2 GID, else index 0 (InfiniBand).
+ * The network interface whose GIDs to use: $RDMA_NETDEV if set (e.g. a VLAN interface, or
+ * the fabric NIC of a multi-homed host), else NULL: any interface of the port.
  */
-static inline int pick_gid(struct ibv_context *ctx, uint8_t port, int *index,
-			   union ibv_gid *gid)
+static inline const char *lab_netdev(void)
+{
+	const char *n = getenv("RDMA_NETDEV");
+
+	return n && *n ? n : NULL;
+}
+
+/*
+ * Pick the GID to be addressed by on `port`.
+ *   RoCE: a RoCE v2 GID that belongs to `netdev` (NULL: to any interface), preferring one
+ *   that carries an IPv4 address (::ffff:a.b.c.d). Each GID of a RoCE port is tied to one
+ *   network interface; picking by interface, not by a fixed index, keeps working when
+ *   addresses (and so table slots) come and go.
+ *   InfiniBand: the port GID, index 0 (subnet prefix + port GUID); it is only put on the
+ *   wire when a packet leaves the subnet (see ah_attr.h).
+ * Returns 0 with *index and *gid set, or -1 (after printing why) when there is none.
+ */
+static inline int pick_gid(struct ibv_context *ctx, uint8_t port, const char *netdev,
+			   int *index, union ibv_gid *gid)
 {
 	struct ibv_port_attr pa;
 	struct ibv_gid_entry e;
+	unsigned int want_if = 0;
 	int i, any_v2 = -1, v4 = -1;
 	static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 
@@ -133,17 +165,35 @@ static inline int pick_gid(struct ibv_context *ctx, uint8_t port, int *index,
 		FAIL("ibv_query_port: %s", strerror(errno));
 		return -1;
 	}
-	for (i = 0; i < pa.gid_tbl_len; i++) {
-		if (ibv_query_gid_ex(ctx, port, i, &e, 0))
-			continue; /* empty slot */
-		if (e.gid_type != IBV_GID_TYPE_ROCE_V2)
-			continue;
-		if (any_v2 < 0)
-			any_v2 = i;
-		if (v4 < 0 && memcmp(e.gid.raw, v4prefix, sizeof(v4prefix)) == 0)
-			v4 = i;
+	if (pa.link_layer != IBV_LINK_LAYER_ETHERNET) {
+		*index = 0;
+	} else {
+		if (netdev) {
+			want_if = if_nametoindex(netdev);
+			if (!want_if) {
+				FAIL("network interface %s: %s", netdev, strerror(errno));
+				return -1;
+			}
+		}
+		for (i = 0; i < pa.gid_tbl_len; i++) {
+			if (ibv_query_gid_ex(ctx, port, i, &e, 0))
+				continue; /* empty slot */
+			if (e.gid_type != IBV_GID_TYPE_ROCE_V2)
+				continue;
+			if (want_if && e.ndev_ifindex != want_if)
+				continue;
+			if (any_v2 < 0)
+				any_v2 = i;
+			if (v4 < 0 && memcmp(e.gid.raw, v4prefix, sizeof(v4prefix)) == 0)
+				v4 = i;
+		}
+		*index = v4 >= 0 ? v4 : any_v2;
+		if (*index < 0) {
+			FAIL("port %u has no RoCE v2 GID%s%s", port, netdev ? " on " : "",
+			     netdev ? netdev : "");
+			return -1;
+		}
 	}
-	*index = v4 >= 0 ? v4 : any_v2 >= 0 ? any_v2 : 0;
 	if (ibv_query_gid(ctx, port, *index, gid)) {
 		FAIL("ibv_query_gid(%d): %s", *index, strerror(errno));
 		return -1;
@@ -158,9 +208,10 @@ struct loop {
 	struct ibv_cq *cq[2];
 	struct ibv_qp *qp[2];
 	uint8_t port;
+	struct ibv_port_attr pa; /* link layer, LID, active MTU */
 	int gid_index;
 	union ibv_gid gid;
-	enum ibv_mtu mtu;
+	uint32_t psn[2]; /* each QP's initial send PSN, fresh for every connection */
 };
 
 /* Free whatever exists, children before parents: QPs, CQs, PD, context. */
@@ -201,8 +252,8 @@ static inline int loop_open(struct loop *l, const char *dev)
 		FAIL("port %u is %s, not ACTIVE", l->port, ibv_port_state_str(pa.state));
 		goto fail;
 	}
-	l->mtu = pa.active_mtu;
-	if (pick_gid(l->ctx, l->port, &l->gid_index, &l->gid))
+	l->pa = pa;
+	if (pick_gid(l->ctx, l->port, lab_netdev(), &l->gid_index, &l->gid))
 		goto fail;
 	l->pd = ibv_alloc_pd(l->ctx);
 	if (!l->pd) {
@@ -240,20 +291,28 @@ fail:
 	return -1;
 }
 
-/* A made-up but repeatable initial PSN for a QP (24 bits). */
-static inline uint32_t initial_psn(uint32_t qpn)
+/* What QP `i` of the loop tells its peer: QPN, fresh PSN, our LID and GID. */
+static inline struct conn_info loop_info(const struct loop *l, int i)
 {
-	return (qpn * 2654435761u) & 0xffffff;
+	struct conn_info c = { .qpn = l->qp[i]->qp_num, .psn = l->psn[i], .lid = l->pa.lid,
+			       .gid = l->gid };
+
+	return c;
 }
 
 /*
- * Move `qp` through RESET -> INIT -> RTR -> RTS, connected to `dest_qpn` at our own GID
- * (loopback: both QPs live on this port). rnr_retry is 0..7 (7 = retry forever).
+ * Move QP `i` of the loop through RESET -> INIT -> RTR -> RTS, connected to `peer`.
+ * `access` is what the PEER may do to memory through this QP (IBV_ACCESS_REMOTE_*):
+ * grant only what the program needs; the responder refuses the rest with
+ * IBV_WC_REM_INV_REQ_ERR, whatever the MR's rkey allows. rnr_retry is 0..7
+ * (7 = retry forever). The QP sends from l->psn[i].
  */
-static inline int qp_connect(struct loop *l, struct ibv_qp *qp, uint32_t dest_qpn,
+static inline int qp_connect(struct loop *l, int i, const struct conn_info *peer, int access,
 			     uint8_t rnr_retry)
 {
+	struct ibv_qp *qp = l->qp[i];
 	struct ibv_qp_attr a;
+	const char *why = "";
 	int rc;
 
 	memset(&a, 0, sizeof(a));
@@ -268,8 +327,7 @@ static inline int qp_connect(struct loop *l, struct ibv_qp *qp, uint32_t dest_qp
 	a.qp_state = IBV_QPS_INIT;
 	a.pkey_index = 0;
 	a.port_num = l->port;
-	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-			    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+	a.qp_access_flags = access;
 	rc = ibv_modify_qp(qp, &a,
 			   IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 	if (rc) {
@@ -279,16 +337,16 @@ static inline int qp_connect(struct loop *l, struct ibv_qp *qp, uint32_t dest_qp
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = l->mtu;
-	a.dest_qp_num = dest_qpn;
-	a.rq_psn = initial_psn(dest_qpn);
-	a.max_dest_rd_atomic = 4;
+	a.path_mtu = l->pa.active_mtu;
+	a.dest_qp_num = peer->qpn;
+	a.rq_psn = peer->psn;
+	a.max_dest_rd_atomic = (access & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)) ? 4 : 0;
 	a.min_rnr_timer = 12; /* 0.64 ms */
-	a.ah_attr.is_global = 1; /* RoCE always needs the GRH */
-	a.ah_attr.grh.dgid = l->gid;
-	a.ah_attr.grh.sgid_index = (uint8_t)l->gid_index;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = l->port;
+	if (ah_attr_for(&a.ah_attr, l->pa.link_layer, l->port, l->gid_index, &l->gid, peer,
+			&why)) {
+		FAIL("address vector: %s", why);
+		return -1;
+	}
 	rc = ibv_modify_qp(qp, &a,
 			   IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 				   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
@@ -300,7 +358,7 @@ static inline int qp_connect(struct loop *l, struct ibv_qp *qp, uint32_t dest_qp
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = initial_psn(qp->qp_num);
+	a.sq_psn = l->psn[i];
 	a.timeout = 14; /* 4.096 us * 2^14 = 67 ms */
 	a.retry_cnt = 7;
 	a.rnr_retry = rnr_retry;
@@ -315,12 +373,22 @@ static inline int qp_connect(struct loop *l, struct ibv_qp *qp, uint32_t dest_qp
 	return 0;
 }
 
-/* (Re)connect A and B to each other. Both start from RESET, so this also recovers. */
-static inline int loop_connect(struct loop *l, uint8_t rnr_retry)
+/*
+ * (Re)connect A and B to each other: `grant_a` is what B may do through A's QP, `grant_b`
+ * what A may do through B's (0: two-sided only). Both start from RESET with fresh PSNs,
+ * so this also recovers QPs in ERR.
+ */
+static inline int loop_connect(struct loop *l, int grant_a, int grant_b, uint8_t rnr_retry)
 {
-	if (qp_connect(l, l->qp[0], l->qp[1]->qp_num, rnr_retry))
+	struct conn_info a, b;
+
+	l->psn[0] = random_psn();
+	l->psn[1] = random_psn();
+	a = loop_info(l, 0);
+	b = loop_info(l, 1);
+	if (qp_connect(l, 0, &b, grant_a, rnr_retry))
 		return -1;
-	return qp_connect(l, l->qp[1], l->qp[0]->qp_num, rnr_retry);
+	return qp_connect(l, 1, &a, grant_b, rnr_retry);
 }
 
 /* The current state of a QP as the device reports it, or -1. */

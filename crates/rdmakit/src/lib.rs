@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod doctor;
 pub mod model;
 pub mod nldev;
+pub mod owner;
 pub mod sysfs;
 
 pub use model::Snapshot;

@@ -141,6 +141,7 @@ macro_rules! code {
 
 /// The files under lessons/code/ that chapters include, by file name.
 const CODE: &[(&str, &str)] = &[
+    code!("ah_attr.h"),
     code!("lab_common.h"),
     code!("01_devices.c"),
     code!("02_fabric.c"),

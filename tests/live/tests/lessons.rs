@@ -238,15 +238,33 @@ fn ch09_teardown_order_and_ebusy() {
 fn ch10_rkey_is_checked_by_the_responder() {
     let r = run_ok("10_rkey_check", &[]);
     assert!(r.line("1. inside the MR").ends_with("IBV_WC_SUCCESS"));
-    for refused in ["2. ", "3. ", "4. ", "5b. ", "6d. "] {
+    for refused in ["2. ", "3. ", "4. ", "5b. ", "6c. "] {
         assert!(
             r.line(refused).ends_with("IBV_WC_REM_ACCESS_ERR"),
             "{}",
             r.line(refused)
         );
     }
+    // A second window gets a new key; the invalidated one stays dead.
+    let rebound = r.line("6d. ");
+    let keys: Vec<&str> = rebound
+        .split_whitespace()
+        .filter(|w| w.trim_start_matches('(').starts_with("0x"))
+        .collect();
+    assert_eq!(keys.len(), 2, "{rebound}");
+    assert_ne!(
+        keys[0],
+        keys[1].trim_start_matches('('),
+        "the new window reused the old key: {rebound}"
+    );
     // rxe does not enforce type-2 window bounds; the example must say so, not hide it.
     r.expect("window bounds: NOT enforced by this device");
+    // The responder checks the QP's own access flags before the key.
+    assert!(
+        r.line("7. ").ends_with("IBV_WC_REM_INV_REQ_ERR"),
+        "{}",
+        r.line("7. ")
+    );
 }
 
 #[test]

@@ -1,0 +1,333 @@
+//! Who a process is: its command name, its cgroup, and where the cgroup path follows the
+//! Kubernetes conventions, its pod and container.
+//!
+//! RDMA netlink resource dumps name the task that created each object; this module turns
+//! that task id into labels an operator can join on. Everything is read under a
+//! configurable proc root (`--path.procfs`), so tests run on captured trees.
+//!
+//! Path conventions recognised (kubelet and the container runtimes, both cgroup drivers):
+//!
+//! | driver | pod segment | container segment |
+//! |---|---|---|
+//! | systemd | `kubepods[-<qos>]-pod<uid, '_' for '-'>.slice` | `cri-containerd-<id>.scope`, `crio-<id>.scope`, `docker-<id>.scope` |
+//! | cgroupfs | `pod<uid>` | `<id>` (containerd, Docker), `crio-<id>` |
+//!
+//! A CRI-O `crio-conmon-<id>.scope` is the container's monitor process, not the
+//! container: it gets the pod, not a container id. A Docker container outside Kubernetes
+//! (`docker-<id>.scope`, `/docker/<id>`) gets a container id and no pod.
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// The container runtime a container id comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Runtime {
+    /// containerd (`cri-containerd-<id>.scope`, or a bare id under a cgroupfs pod).
+    Containerd,
+    /// CRI-O (`crio-<id>`).
+    CriO,
+    /// Docker (`docker-<id>.scope`, `/docker/<id>`).
+    Docker,
+}
+
+impl Runtime {
+    /// The name used in labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Containerd => "containerd",
+            Runtime::CriO => "cri-o",
+            Runtime::Docker => "docker",
+        }
+    }
+}
+
+/// The Kubernetes and container identity found in a cgroup path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerIds {
+    /// The pod's UID, in its canonical dashed form.
+    pub pod_uid: Option<String>,
+    /// The container's 64-hex-digit id.
+    pub container_id: Option<String>,
+    /// Which runtime's naming the container segment used; `None` for a bare id under
+    /// a cgroupfs pod, which containerd and Docker both use.
+    pub runtime: Option<Runtime>,
+}
+
+/// Who a process is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// The command name (`/proc/<pid>/comm`).
+    pub comm: String,
+    /// The cgroup path (the unified hierarchy's, else the rdma controller's).
+    pub cgroup: Option<String>,
+    /// Pod and container, where the cgroup path says.
+    pub ids: ContainerIds,
+}
+
+/// Why a process could not be described.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OwnerError {
+    /// The process has exited (its /proc directory is gone).
+    #[error("process {pid} is gone")]
+    Gone {
+        /// The process id.
+        pid: u32,
+    },
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A file did not have the expected format.
+    #[error("{path}: {detail}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+/// The most bytes read of a /proc file: a cgroup file lists one line per hierarchy.
+const READ_LIMIT: u64 = 64 * 1024;
+
+fn read_small(path: &Path, pid: u32) -> Result<String, OwnerError> {
+    // ENOENT opening, or ESRCH reading: the task exited between the dump and this read.
+    let gone_or_io = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(3) {
+            OwnerError::Gone { pid }
+        } else {
+            OwnerError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            }
+        }
+    };
+    let file = fs::File::open(path).map_err(gone_or_io)?;
+    let mut bytes = Vec::new();
+    file.take(READ_LIMIT)
+        .read_to_end(&mut bytes)
+        .map_err(gone_or_io)?;
+    String::from_utf8(bytes).map_err(|_| OwnerError::Malformed {
+        path: path.to_path_buf(),
+        detail: "not UTF-8".into(),
+    })
+}
+
+/// Describe process `pid` from `<proc_root>/<pid>/{comm,cgroup}`.
+pub fn read_owner(proc_root: &Path, pid: u32) -> Result<Owner, OwnerError> {
+    let dir = proc_root.join(pid.to_string());
+    let comm_path = dir.join("comm");
+    let comm = read_small(&comm_path, pid)?
+        .trim_end_matches('\n')
+        .to_string();
+    if comm.is_empty() {
+        return Err(OwnerError::Malformed {
+            path: comm_path,
+            detail: "empty command name".into(),
+        });
+    }
+    let cgroup_path = dir.join("cgroup");
+    let cgroup = match read_small(&cgroup_path, pid) {
+        Ok(text) => Some(
+            parse_proc_cgroup(&text).map_err(|detail| OwnerError::Malformed {
+                path: cgroup_path,
+                detail,
+            })?,
+        ),
+        // No cgroup file (a kernel without cgroups): the process still has a name.
+        Err(OwnerError::Gone { .. }) if dir.is_dir() => None,
+        Err(e) => return Err(e),
+    };
+    let ids = cgroup.as_deref().map(container_ids).unwrap_or_default();
+    Ok(Owner { comm, cgroup, ids })
+}
+
+/// The cgroup path of a `/proc/<pid>/cgroup` file: the unified (v2) hierarchy's entry
+/// `0::<path>` if there is one, else the v1 `rdma` controller's, else the first entry's.
+pub fn parse_proc_cgroup(text: &str) -> Result<String, String> {
+    let mut first = None;
+    let mut rdma = None;
+    for (n, line) in text.lines().enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let mut parts = line.splitn(3, ':');
+        let (id, controllers, path) = match (parts.next(), parts.next(), parts.next()) {
+            (Some(i), Some(c), Some(p)) => (i, c, p),
+            _ => return Err(format!("line {}: expected ID:CONTROLLERS:PATH", n + 1)),
+        };
+        if id.parse::<u32>().is_err() {
+            return Err(format!(
+                "line {}: hierarchy id {id:?} is not a number",
+                n + 1
+            ));
+        }
+        if !path.starts_with('/') {
+            return Err(format!("line {}: path {path:?} is not absolute", n + 1));
+        }
+        if id == "0" && controllers.is_empty() {
+            return Ok(path.to_string());
+        }
+        if controllers.split(',').any(|c| c == "rdma") {
+            rdma.get_or_insert(path);
+        }
+        first.get_or_insert(path);
+    }
+    rdma.or(first)
+        .map(str::to_string)
+        .ok_or_else(|| "no cgroup entry".to_string())
+}
+
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A pod UID in canonical form (8-4-4-4-12 hex digits), from its dashed (cgroupfs) or
+/// underscored (systemd) spelling.
+fn pod_uid(raw: &str) -> Option<String> {
+    let uid = raw.replace('_', "-");
+    let groups: Vec<&str> = uid.split('-').collect();
+    let ok = groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, len)| is_hex(g, len));
+    ok.then(|| uid.to_ascii_lowercase())
+}
+
+/// The pod UID of one path segment, if it is a pod's.
+fn pod_segment(seg: &str) -> Option<String> {
+    if let Some(slice) = seg.strip_suffix(".slice") {
+        // systemd: kubepods-burstable-pod<uid>.slice, kubepods-pod<uid>.slice, and
+        // prefixed variants (kubelet-kubepods-...).
+        if !slice.contains("kubepods") {
+            return None;
+        }
+        let at = slice.rfind("-pod")?;
+        return pod_uid(&slice[at + 4..]);
+    }
+    pod_uid(seg.strip_prefix("pod")?)
+}
+
+/// The container id (and runtime) of one path segment, if it is a container's.
+fn container_segment(
+    seg: &str,
+    under_pod: bool,
+    parent: Option<&str>,
+) -> Option<(String, Option<Runtime>)> {
+    let scope = seg.strip_suffix(".scope");
+    let named = |s: &str| -> Option<(String, Option<Runtime>)> {
+        for (prefix, rt) in [
+            ("cri-containerd-", Runtime::Containerd),
+            ("crio-", Runtime::CriO),
+            ("docker-", Runtime::Docker),
+        ] {
+            if let Some(id) = s.strip_prefix(prefix) {
+                return is_hex(id, 64).then(|| (id.to_ascii_lowercase(), Some(rt)));
+            }
+        }
+        None
+    };
+    if let Some(s) = scope {
+        return named(s);
+    }
+    if let Some(found) = named(seg) {
+        return Some(found);
+    }
+    if is_hex(seg, 64) {
+        if parent == Some("docker") {
+            return Some((seg.to_ascii_lowercase(), Some(Runtime::Docker)));
+        }
+        if under_pod {
+            return Some((seg.to_ascii_lowercase(), None));
+        }
+    }
+    None
+}
+
+/// The pod and container a cgroup path names, following the kubelet's and the
+/// runtimes' conventions (see the module documentation). Unknown layouts give nothing.
+pub fn container_ids(path: &str) -> ContainerIds {
+    let mut ids = ContainerIds::default();
+    let mut parent: Option<&str> = None;
+    for seg in path.split('/').filter(|s| !s.is_empty()) {
+        if ids.pod_uid.is_none() {
+            if let Some(uid) = pod_segment(seg) {
+                ids.pod_uid = Some(uid);
+                parent = Some(seg);
+                continue;
+            }
+        }
+        if ids.container_id.is_none() {
+            if let Some((id, rt)) = container_segment(seg, ids.pod_uid.is_some(), parent) {
+                ids.container_id = Some(id);
+                ids.runtime = rt;
+            }
+        }
+        parent = Some(seg);
+    }
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UID: &str = "1b2c3d4e-5f60-4718-92a3-b4c5d6e7f809";
+    const CID: &str = "3f1c0e9a8b7d6c5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e";
+
+    #[test]
+    fn v2_entry_wins_then_rdma_then_first() {
+        assert_eq!(parse_proc_cgroup("0::/a/b\n").unwrap(), "/a/b");
+        let v1 = "12:memory:/m\n5:rdma:/r\n1:name=systemd:/s\n";
+        assert_eq!(parse_proc_cgroup(v1).unwrap(), "/r");
+        assert_eq!(parse_proc_cgroup("3:cpu,cpuacct:/c\n").unwrap(), "/c");
+        let hybrid = "5:rdma:/r\n0::/unified\n";
+        assert_eq!(parse_proc_cgroup(hybrid).unwrap(), "/unified");
+    }
+
+    #[test]
+    fn malformed_cgroup_files_are_errors_not_guesses() {
+        assert!(parse_proc_cgroup("").is_err());
+        assert!(parse_proc_cgroup("garbage\n")
+            .unwrap_err()
+            .contains("line 1"));
+        assert!(parse_proc_cgroup("x::/a\n")
+            .unwrap_err()
+            .contains("not a number"));
+        assert!(parse_proc_cgroup("0::relative\n")
+            .unwrap_err()
+            .contains("absolute"));
+    }
+
+    #[test]
+    fn pod_uids_take_both_spellings_and_reject_lookalikes() {
+        assert_eq!(pod_uid(UID).as_deref(), Some(UID));
+        assert_eq!(pod_uid(&UID.replace('-', "_")).as_deref(), Some(UID));
+        assert_eq!(pod_uid("1b2c3d4e-5f60-4718-92a3"), None);
+        assert_eq!(pod_uid("zb2c3d4e-5f60-4718-92a3-b4c5d6e7f809"), None);
+    }
+
+    #[test]
+    fn unknown_layouts_give_nothing() {
+        assert_eq!(
+            container_ids("/user.slice/user-0.slice/session-3.scope"),
+            ContainerIds::default()
+        );
+        assert_eq!(container_ids("/"), ContainerIds::default());
+        // A 64-hex segment outside a pod and not under docker/ is not taken for a container.
+        assert_eq!(
+            container_ids(&format!("/system.slice/{CID}")),
+            ContainerIds::default()
+        );
+        // A pod-like segment without "kubepods" is not a pod.
+        let fake = format!("/user.slice/app-pod{}.slice", UID.replace('-', "_"));
+        assert_eq!(container_ids(&fake), ContainerIds::default());
+    }
+}
