@@ -604,13 +604,18 @@ mod tests {
         assert_eq!(Offer::decode(&o.encode()).unwrap(), o);
         let c = client_offer();
         assert_eq!(Offer::decode(&c.encode()).unwrap(), c);
+        // Each bad offer is refused for its own reason.
+        let why = |b: &[u8]| match Offer::decode(b) {
+            Err(HandshakeError::Malformed(why)) => why,
+            other => panic!("a bad offer must be malformed: {other:?}"),
+        };
         let mut bad = o.encode();
         bad[27] = 7;
-        assert!(Offer::decode(&bad).is_err());
+        assert_eq!(why(&bad), "offer flags");
         let mut bad = o.encode();
         bad[26] = 0;
-        assert!(Offer::decode(&bad).is_err());
-        assert!(Offer::decode(&bad[..10]).is_err());
+        assert_eq!(why(&bad), "offer PSN or MTU");
+        assert_eq!(why(&bad[..10]), "offer length");
         // Debug output of an offer hides the rkey and address.
         let dbg = format!("{o:?}");
         assert!(!dbg.contains("43981") && !dbg.contains("abcd"), "{dbg}");
@@ -630,7 +635,8 @@ mod tests {
 
     #[test]
     fn secrets_are_checked_and_hidden() {
-        assert!(Secret::new(b"short").is_err());
+        let err = Secret::new(b"short").unwrap_err();
+        assert!(err.contains("at least 16 bytes, got 5"), "{err}");
         let s = secret("0123456789abcdef");
         assert_eq!(format!("{s:?}"), "Secret(16 bytes)");
         let dir = std::env::temp_dir().join(format!("rdma-probe-secret-{}", std::process::id()));
