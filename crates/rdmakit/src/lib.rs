@@ -7,6 +7,7 @@
 
 pub mod catalog;
 pub mod doctor;
+pub mod exposition;
 pub mod model;
 pub mod nldev;
 pub mod sysfs;

@@ -82,6 +82,33 @@ spelled_enum! {
     }
 }
 
+impl From<Unit> for crate::model::Unit {
+    /// The unit of a raw value as the model knows it: the data sizes and milliseconds (which
+    /// the faces convert), everything else counted one by one.
+    fn from(unit: Unit) -> crate::model::Unit {
+        match unit {
+            Unit::Words4 => crate::model::Unit::FourOctetWords,
+            Unit::Bytes => crate::model::Unit::Bytes,
+            Unit::Ms => crate::model::Unit::Milliseconds,
+            Unit::Packets
+            | Unit::Events
+            | Unit::Operations
+            | Unit::Messages
+            | Unit::Ticks
+            | Unit::Objects => crate::model::Unit::Count,
+        }
+    }
+}
+
+impl From<Kind> for crate::model::CounterKind {
+    fn from(kind: Kind) -> crate::model::CounterKind {
+        match kind {
+            Kind::Counter => crate::model::CounterKind::Counter,
+            Kind::Gauge => crate::model::CounterKind::Gauge,
+        }
+    }
+}
+
 spelled_enum! {
     /// What a counter does when it reaches its maximum.
     pub enum Overflow {
