@@ -10,6 +10,8 @@ pub mod doctor;
 pub mod exposition;
 pub mod model;
 pub mod nldev;
+#[cfg(feature = "scrape")]
+pub mod scrape;
 pub mod sysfs;
 
 pub use model::Snapshot;
