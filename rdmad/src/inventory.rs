@@ -250,6 +250,40 @@ mod tests {
     }
 
     #[test]
+    fn every_family_a_scrape_of_the_fixture_trees_adds_is_in_the_inventory() {
+        use crate::collector::{CollectorConfig, Collectors};
+        use rdmakit::sysfs::DeviceFilter;
+
+        let inv = inv();
+        let fixtures =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sysfs");
+        let all: Vec<&str> = TABLE.iter().map(|s| s.name).collect();
+        let mut families = 0;
+        for entry in std::fs::read_dir(&fixtures).expect("the fixture trees") {
+            let root = entry.unwrap().path();
+            if !root.join("class").is_dir() {
+                continue;
+            }
+            let config = CollectorConfig::new(&root, DeviceFilter::all());
+            let set = Collectors::new(&config, &all).scrape();
+            for name in set.names() {
+                let kind = set.family(name).expect("listed").kind();
+                let exposed = kind.exposed_name(name);
+                assert!(
+                    inv.metrics
+                        .iter()
+                        .any(|m| m.name == exposed && m.kind == kind.type_name()),
+                    "{}: {exposed} ({}) is not in the inventory",
+                    root.display(),
+                    kind.type_name()
+                );
+                families += 1;
+            }
+        }
+        assert!(families > 100, "only {families} families seen");
+    }
+
+    #[test]
     fn catalog_counters_carry_the_catalog_kind() {
         let inv = inv();
         let fifo = inv
