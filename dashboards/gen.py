@@ -6,13 +6,16 @@ The dashboards are written here, as Python, and generated into committed JSON:
     dashboards/gen.py            # rewrite dashboards/*.json
     dashboards/gen.py --check    # exit 1 if a committed file differs from what this generates
 
-Counter metric names are derived from the counter catalog (catalog/*.toml) with the naming
-scheme of rdmad/src/names.rs; panel descriptions come from the catalog's summary, meaning,
-causes and next steps, and from the doctor rules (catalog/rules.toml). Only the Python
-standard library is used (tomllib: Python >= 3.11).
+Metric names, types and HELP come from rdmad itself (`rdmad --print-metrics json`: its
+collectors' declarations and the counter catalog run through its naming code), never from a
+copy of its naming rules here; panel descriptions come from the catalog's summary, meaning,
+causes and next steps, and from the doctor rules (catalog/rules.toml). The rdmad binary is
+$RDMAD_BIN, or `cargo run --release -p rdmad` when that is not set. Only the Python standard
+library is used (tomllib: Python >= 3.11).
 """
 import json
-import re
+import os
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -23,61 +26,24 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
 
 # ---------------------------------------------------------------------------------------------
-# Counter catalog and metric names (mirrors rdmad/src/names.rs)
+# What rdmad exports, and the counter catalog
 
 
-def sanitize(raw):
-    """A sysfs file name as a metric name fragment, exactly like names::sanitize."""
-    out = []
-    for i, c in enumerate(raw):
-        if "A" <= c <= "Z":
-            prev = raw[i - 1] if i > 0 else None
-            nxt = raw[i + 1] if i + 1 < len(raw) else None
-            boundary = False
-            if prev is not None and (prev.islower() and prev.isascii() or prev.isdigit()):
-                boundary = True
-            elif prev is not None and "A" <= prev <= "Z":
-                boundary = nxt is not None and "a" <= nxt <= "z"
-            if boundary:
-                out.append("_")
-            out.append(c.lower())
-        elif ("a" <= c <= "z") or ("0" <= c <= "9"):
-            out.append(c)
-        else:
-            out.append("_")
-    s = re.sub("_+", "_", "".join(out)).strip("_")
-    while s.endswith("_total"):
-        s = s[: -len("_total")]
-    return "" if s == "total" else s
+def rdmad_inventory():
+    """`rdmad --print-metrics json`: every family rdmad can export, and the family of each
+    catalog counter."""
+    rdmad = os.environ.get("RDMAD_BIN")
+    cmd = ([rdmad] if rdmad else ["cargo", "run", "-q", "--release", "-p", "rdmad", "--"]) + [
+        "--print-metrics", "json"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {out.stderr.strip()}")
+    return json.loads(out.stdout)
 
 
-def metric_name(name, location):
-    """The exported metric for a catalog counter, or None when rdmad does not export it.
-    Kind and unit follow rdmakit::model::classify (by file name), not the catalog."""
-    base = sanitize(name)
-    hw = location in ("port_hw_counters", "device_hw_counters")
-    if location == "port_counters":
-        prefix = "rdma_port_"
-        if base.startswith("port_") and len(base) > 5:
-            base = base[5:]
-    elif location == "port_hw_counters":
-        prefix = "rdma_port_hw_"
-    elif location == "device_hw_counters":
-        prefix = "rdma_device_hw_"
-    else:  # port_cm: not exported by rdmad
-        return None
-    if not base:
-        return None
-    suffix, gauge = "", False
-    if not hw and name in ("port_xmit_data", "port_rcv_data"):
-        suffix = "_bytes"
-    elif hw and name == "lifespan":
-        suffix, gauge = "_seconds", True
-    elif hw and (name.startswith("active_") or name.startswith("watermark_")):
-        gauge = True
-    if suffix and base.endswith(suffix):
-        suffix = ""
-    return prefix + base + suffix + ("" if gauge else "_total")
+INVENTORY = rdmad_inventory()
+# (catalog family, counter file) -> the family rdmad exports for it.
+METRIC_OF = {(c["family"], c["counter"]): c["metric"] for c in INVENTORY["counters"]}
 
 
 def load_catalog():
@@ -91,7 +57,7 @@ def load_catalog():
         for c in d["counter"]:
             loc = c.get("location", d.get("location"))
             c = dict(c, location=loc, family=d["family"])
-            c["metric"] = metric_name(c["name"], loc)
+            c["metric"] = METRIC_OF.get((d["family"], c["name"]))  # None: rdmad does not read it
             entries.append(c)
         families[d["family"]] = {"description": d["description"], "counters": entries}
     return families, rules

@@ -483,5 +483,5 @@ fn bad_arguments_are_usage_errors() {
         .output()
         .expect("run rdmactl top");
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("only http://"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only http:// and https://"));
 }

@@ -169,6 +169,10 @@ pub struct Flags {
     /// Print one exposition (text format 0.0.4) to stdout and exit.
     #[arg(long)]
     pub once: bool,
+    /// Print every metric family rdmad can export (name, type, HELP, collectors, and the
+    /// catalog counters behind them) in FORMAT and exit.
+    #[arg(long = "print-metrics", value_name = "FORMAT", value_parser = ["json"])]
+    pub print_metrics: Option<String>,
 }
 
 /// The resolved settings rdmad runs with.
@@ -192,6 +196,8 @@ pub struct Settings {
     pub probe: ProbeSettings,
     /// `--once`.
     pub once: bool,
+    /// `--print-metrics json`.
+    pub print_metrics: bool,
 }
 
 fn enable_id(name: &str) -> String {
@@ -351,6 +357,7 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
         collectors,
         probe,
         once: flags.once,
+        print_metrics: flags.print_metrics.is_some(),
     })
 }
 

@@ -1,8 +1,8 @@
 //! HELP text for counter metrics, from the counter catalog (`rdmakit::catalog`).
 //!
-//! [`counter_help`] is the only place rdmad asks the catalog anything. The family is
-//! `ib_pma` for `counters/` files; for driver files it is found from the parent's kernel
-//! driver (`mlx5_core` -> `mlx5`), else from the device name (`rxe0` -> `rxe`,
+//! The family is the one `Catalog::family_of` finds (the one whose kind and unit the counter
+//! already carries): `ib_pma` for `counters/` files; for driver files the parent's kernel
+//! driver's (`mlx5_core` -> `mlx5`), else the device name's (`rxe0` -> `rxe`,
 //! `bnxt_re0` -> `bnxt_re`). A counter the catalog does not describe still gets a useful HELP
 //! line naming its sysfs file. Every HELP line ends with the file it comes from and any unit
 //! conversion rdmad applied, so a reader of `/metrics` can find the raw value.
@@ -12,7 +12,15 @@ use rdmakit::model::{Counter, CounterSource, Unit};
 
 /// The HELP text for `counter` of `device` (whose parent driver is `driver`, if known).
 pub fn counter_help(device: &str, driver: Option<&str>, counter: &Counter) -> String {
-    let summary = summary(device, driver, counter);
+    let family = Catalog::embedded()
+        .ok()
+        .and_then(|c| c.family_of(counter.source, device, driver));
+    family_counter_help(family, counter)
+}
+
+/// The HELP text for `counter` read from a device of the catalog family `family`.
+pub fn family_counter_help(family: Option<&str>, counter: &Counter) -> String {
+    let summary = summary(family, counter);
     let location = match counter.source {
         CounterSource::Pma => "ports/<n>/counters",
         CounterSource::Hw => "ports/<n>/hw_counters",
@@ -26,7 +34,7 @@ pub fn counter_help(device: &str, driver: Option<&str>, counter: &Counter) -> St
     format!("{summary} (sysfs {location}/{}{conversion})", counter.name)
 }
 
-fn summary(device: &str, driver: Option<&str>, counter: &Counter) -> String {
+fn summary(family: Option<&str>, counter: &Counter) -> String {
     let fallback = || match counter.source {
         CounterSource::Pma => "InfiniBand port counter".to_string(),
         CounterSource::Hw | CounterSource::DeviceHw => {
@@ -35,12 +43,6 @@ fn summary(device: &str, driver: Option<&str>, counter: &Counter) -> String {
     };
     let Ok(catalog) = Catalog::embedded() else {
         return fallback();
-    };
-    let family = match counter.source {
-        CounterSource::Pma => Some("ib_pma"),
-        CounterSource::Hw | CounterSource::DeviceHw => driver
-            .and_then(|d| catalog.family_for(d))
-            .or_else(|| catalog.family_for(device)),
     };
     family
         .and_then(|f| catalog.get(f, &counter.name))

@@ -6,6 +6,7 @@
 //! - [`collector`]: the collector trait and table, one file per collector;
 //! - [`metrics`]: the metric set of one scrape and its encodings (text 0.0.4, OpenMetrics);
 //! - [`names`] and [`help`]: how a sysfs counter file becomes a metric name and HELP text;
+//! - [`inventory`]: every family rdmad can export, as data (`--print-metrics json`);
 //! - [`server`]: the HTTP face (`/metrics`, `/healthz`, `/`) and `--once`;
 //! - [`webconfig`]: `--web.config.file`, TLS and basic auth (the exporter-toolkit format).
 #![forbid(unsafe_code)]
@@ -15,6 +16,7 @@ pub mod cli;
 pub mod collector;
 pub mod config;
 pub mod help;
+pub mod inventory;
 pub mod metrics;
 pub mod names;
 pub mod server;

@@ -34,6 +34,25 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if settings.print_metrics {
+        return match rdmad::inventory::json() {
+            Ok(text) => {
+                use std::io::Write;
+                match std::io::stdout().lock().write_all(text.as_bytes()) {
+                    // A reader that stopped early (`| head`) is not a failure.
+                    Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                        eprintln!("rdmad: writing to stdout: {e}");
+                        ExitCode::from(1)
+                    }
+                    _ => ExitCode::SUCCESS,
+                }
+            }
+            Err(e) => {
+                eprintln!("rdmad: {e:#}");
+                ExitCode::from(1)
+            }
+        };
+    }
     match rdmad::server::run(settings) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

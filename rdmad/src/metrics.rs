@@ -35,6 +35,81 @@ pub enum Kind {
     Histogram,
 }
 
+impl Kind {
+    /// The type as the exposition's `# TYPE` line spells it (text format 0.0.4, where an
+    /// info family is a gauge).
+    pub fn type_name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge | Kind::Info => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+
+    /// The name a family added as `family` has in the text exposition: `_total` added to a
+    /// counter, `_info` to an info family, a histogram's base name (its series add
+    /// `_bucket`, `_sum`, `_count`).
+    pub fn exposed_name(self, family: &str) -> String {
+        match self {
+            Kind::Counter => format!("{family}_total"),
+            Kind::Info => format!("{family}_info"),
+            Kind::Gauge | Kind::Histogram => family.to_owned(),
+        }
+    }
+}
+
+/// A metric family as rdmad declares it: the name collectors add it under (no `_total` or
+/// `_info`, see [`Kind::exposed_name`]), its type and HELP text. Collectors add samples of
+/// fixed families only through their declaration ([`MetricSet::add_declared`]) and list
+/// the declarations in their table row, which is what `rdmad --print-metrics` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Declared {
+    /// The family name, without `_total` (counters) or `_info` (info families).
+    pub name: &'static str,
+    /// The type.
+    pub kind: Kind,
+    /// The HELP text.
+    pub help: &'static str,
+}
+
+impl Declared {
+    /// A counter family.
+    pub const fn counter(name: &'static str, help: &'static str) -> Declared {
+        Declared {
+            name,
+            kind: Kind::Counter,
+            help,
+        }
+    }
+
+    /// A gauge family.
+    pub const fn gauge(name: &'static str, help: &'static str) -> Declared {
+        Declared {
+            name,
+            kind: Kind::Gauge,
+            help,
+        }
+    }
+
+    /// An info family.
+    pub const fn info(name: &'static str, help: &'static str) -> Declared {
+        Declared {
+            name,
+            kind: Kind::Info,
+            help,
+        }
+    }
+
+    /// A histogram family.
+    pub const fn histogram(name: &'static str, help: &'static str) -> Declared {
+        Declared {
+            name,
+            kind: Kind::Histogram,
+            help,
+        }
+    }
+}
+
 /// A sample value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -211,6 +286,22 @@ impl MetricSet {
         }
         family.samples.push((labels, value));
         Ok(())
+    }
+
+    /// Add one sample of a declared family.
+    pub fn add_declared(
+        &mut self,
+        family: &Declared,
+        labels: Labels,
+        value: Value,
+    ) -> Result<(), AddError> {
+        self.add(
+            family.name,
+            family.kind,
+            || family.help.to_owned(),
+            labels,
+            value,
+        )
     }
 
     /// Move every sample of `other` into `self`; returns the samples refused. A family

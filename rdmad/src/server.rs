@@ -456,6 +456,7 @@ mod tests {
             collectors: vec!["sysfs_info"],
             probe: Default::default(),
             once: false,
+            print_metrics: false,
         };
         let exporter = Arc::new(Exporter::new(&settings).unwrap());
         let held = Arc::clone(&exporter.permits).try_acquire_owned().unwrap();

@@ -590,3 +590,91 @@ fn the_deploy_example_is_valid() {
     assert_eq!(config.auth.map(|a| a.users()), Some(1));
     assert_eq!(config.headers.len(), 3);
 }
+
+/// The client `rdmactl top --rdmad` scrapes with (`rdmakit::scrape`, ureq on rustls) against
+/// a real rdmad with TLS and basic auth: the CA file and the password file are what it needs,
+/// and each missing or wrong piece is a clear error, not a page.
+#[test]
+fn top_scrapes_rdmad_over_tls_with_basic_auth() {
+    use rdmakit::scrape::{ScrapeConfig, ScrapeError, Scraper};
+
+    if !have("openssl", "top_scrapes_rdmad_over_tls_with_basic_auth") {
+        return;
+    }
+    let dir = TempDir::new("top");
+    make_certs(&dir);
+    let hash = bcrypt::hash("s3cret pass", 4).unwrap();
+    let config = dir.write(
+        "web.yml",
+        &format!(
+            "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n\
+             basic_auth_users:\n  prometheus: '{hash}'\n"
+        ),
+    );
+    // The password as a file with a trailing newline, as `echo pw > file` writes it.
+    let password = dir.write("password", "s3cret pass\n");
+    let wrong_password = dir.write("wrong", "s3cret\n");
+    let server = Server::start(&config);
+    let scrape = |url: String, ca: bool, user: Option<&str>, password: &Path| {
+        let mut config = ScrapeConfig::new(url);
+        config.timeout = Duration::from_secs(30);
+        config.ca_file = ca.then(|| dir.path("ca.pem"));
+        config.username = user.map(str::to_owned);
+        config.password_file = user.map(|_| password.to_owned());
+        Scraper::new(&config).expect("a valid client").fetch()
+    };
+    // The URL without a path: /metrics.
+    let https = server.url("https", "");
+
+    let text = scrape(https.clone(), true, Some("prometheus"), &password)
+        .expect("the scrape with CA and credentials works");
+    assert!(text.contains(METRIC), "{text}");
+    let exposition = rdmakit::exposition::parse(&text).expect("the page parses");
+    assert_eq!(
+        exposition
+            .types
+            .get("rdma_port_xmit_data_bytes_total")
+            .map(String::as_str),
+        Some("counter")
+    );
+    assert!(exposition
+        .named("rdma_port_xmit_data_bytes_total")
+        .any(|s| s.label("device") == Some("mlx5_0")));
+
+    for (what, got) in [
+        (
+            "no credentials",
+            scrape(https.clone(), true, None, &password),
+        ),
+        (
+            "a wrong password",
+            scrape(https.clone(), true, Some("prometheus"), &wrong_password),
+        ),
+        (
+            "an unknown user",
+            scrape(https.clone(), true, Some("admin"), &password),
+        ),
+    ] {
+        match got {
+            Err(ScrapeError::Status { status: 401, .. }) => {}
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    // Without the CA file the server's certificate is not trusted; plain HTTP to the TLS
+    // port gets no page.
+    for (what, got) in [
+        (
+            "no CA file",
+            scrape(https.clone(), false, Some("prometheus"), &password),
+        ),
+        (
+            "http:// to the TLS port",
+            scrape(server.url("http", ""), true, Some("prometheus"), &password),
+        ),
+    ] {
+        match got {
+            Err(ScrapeError::Request { .. }) => {}
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+}

@@ -117,11 +117,14 @@ fn dechunk(mut data: &[u8]) -> Result<Vec<u8>> {
     }
 }
 
-/// Sample lines of an exposition whose name starts with `prefix`.
-fn series(text: &str, prefix: &str) -> usize {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && l.starts_with(prefix))
-        .count()
+/// Samples of an exposition whose name starts with `prefix` (read with the workspace's one
+/// exposition parser).
+fn series(text: &str, prefix: &str) -> Result<usize> {
+    Ok(rdmakit::exposition::parse(text)?
+        .samples
+        .iter()
+        .filter(|s| s.name.starts_with(prefix))
+        .count())
 }
 
 fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
@@ -260,15 +263,15 @@ fn main() -> Result<()> {
         "rdmad          HTTP scrape  p50 {:>8.3} ms  p90 {:>8.3} ms  series {} (rdma_* {}, counters {rdmad_counters})",
         ms(r),
         ms(p90.0),
-        series(&rdmad_text, ""),
-        series(&rdmad_text, "rdma_"),
+        series(&rdmad_text, "")?,
+        series(&rdmad_text, "rdma_")?,
     );
     println!(
         "node_exporter  HTTP scrape  p50 {:>8.3} ms  p90 {:>8.3} ms  series {} (node_infiniband_* {})",
         ms(n),
         ms(p90.1),
-        series(&node_text, ""),
-        series(&node_text, "node_infiniband_"),
+        series(&node_text, "")?,
+        series(&node_text, "node_infiniband_")?,
     );
     println!(
         "open/read/close loop        p50 {:>8.3} ms  p90 {:>8.3} ms  files {}",

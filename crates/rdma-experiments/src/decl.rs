@@ -24,14 +24,11 @@ pub struct PartDecl {
 /// One experiment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Declaration {
-    /// Which experiment (its `rdmactl experiment run` name is `experiment.as_str()`).
+    /// Which experiment (its `rdmactl experiment run` name, title and chapter are
+    /// `experiment`'s).
     pub experiment: Experiment,
-    /// Title.
-    pub title: &'static str,
     /// What it shows, in two or three sentences.
     pub shows: &'static str,
-    /// The course chapter it belongs to.
-    pub lesson: Lesson,
     /// The counter family whose names `parts` use (`rxe`: the lab's device). On another
     /// family the counter expectations are reported as not applicable.
     pub family: &'static str,
@@ -43,6 +40,16 @@ impl Declaration {
     /// The experiment's command-line name.
     pub fn name(&self) -> &'static str {
         self.experiment.as_str()
+    }
+
+    /// Its title.
+    pub fn title(&self) -> &'static str {
+        self.experiment.title()
+    }
+
+    /// The course chapter it belongs to.
+    pub fn lesson(&self) -> Lesson {
+        self.experiment.lesson()
     }
 
     /// A part by name.
@@ -80,12 +87,10 @@ const NO_RNR_NO_RETRY: &[&str] = &[
 pub const DECLARATIONS: &[Declaration] = &[
     Declaration {
         experiment: Experiment::MrRegistration,
-        title: "Registering memory: cost, pinning, keys and access rules",
         shows: "Registering a buffer pins its pages (VmPin grows by the buffer size) and costs \
                 time proportional to its size; deregistering unpins it. The kernel refuses \
                 REMOTE_WRITE without LOCAL_WRITE with EINVAL. Registration is control path: no \
                 packet moves.",
-        lesson: Lesson::MemoryRegistration,
         family: "rxe",
         parts: &[
             PartDecl {
@@ -110,11 +115,9 @@ pub const DECLARATIONS: &[Declaration] = &[
     },
     Declaration {
         experiment: Experiment::QpStates,
-        title: "Walking a QP through RESET, INIT, RTR, RTS (and SQD, ERR, back to RESET)",
         shows: "Each transition needs its own attributes; a skipped state or a missing attribute \
                 is refused with the real errno (EINVAL) and the QP stays where it was. \
                 Transitions are control path: only the data transfer moves packet counters.",
-        lesson: Lesson::QueuePairs,
         family: "rxe",
         parts: &[
             PartDecl {
@@ -145,12 +148,10 @@ pub const DECLARATIONS: &[Declaration] = &[
     },
     Declaration {
         experiment: Experiment::QpErrors,
-        title: "Completion errors: provoke each one and read what the device says",
         shows: "Each error has a cause, a completion status on one or both sides, a QP that \
                 ends in ERR, and on rxe sometimes a counter. RNR and transport retries are \
                 counted separately; access and length errors leave the retry counters alone. \
                 Every WR posted after the QP failed is flushed.",
-        lesson: Lesson::ErrorHandling,
         family: "rxe",
         parts: &[
             PartDecl {
@@ -204,12 +205,10 @@ pub const DECLARATIONS: &[Declaration] = &[
     },
     Declaration {
         experiment: Experiment::SecurityKeys,
-        title: "The rkey is a capability: what it grants, what revokes it, what it costs to guess",
         shows: "A peer with an rkey may touch exactly the MR's range with exactly its access \
                 rights, from a QP of the same PD; everything else completes with \
                 REM_ACCESS_ERR and kills the connection. Deregistration and window \
                 invalidation revoke access. The rkey travels in clear in every RDMA header.",
-        lesson: Lesson::Security,
         family: "rxe",
         parts: &[
             PartDecl {
@@ -258,12 +257,10 @@ pub const DECLARATIONS: &[Declaration] = &[
     },
     Declaration {
         experiment: Experiment::OneVsTwoSided,
-        title: "One-sided vs two-sided: SEND/RECV, WRITE, WRITE_WITH_IMM, READ",
         shows: "The same 64 B transfer four ways: who gets a completion, the latency, and the \
                 CPU each side's application spends per message. With WRITE and READ the target \
                 application does nothing; on rxe the 'NIC' is the kernel, so system CPU still \
                 moves.",
-        lesson: Lesson::OneVsTwoSided,
         family: "rxe",
         parts: &[
             PartDecl {
@@ -294,11 +291,9 @@ pub const DECLARATIONS: &[Declaration] = &[
     },
     Declaration {
         experiment: Experiment::CqModes,
-        title: "Completion queues: busy polling vs completion channel events",
         shows: "A receiver waiting for messages: busy polling notices a completion as soon as \
                 it lands and burns a core doing it; a completion channel sleeps in the kernel \
                 until an event wakes it, paying a wake-up in latency and saving CPU.",
-        lesson: Lesson::VerbsApi,
         family: "rxe",
         parts: &[
             PartDecl {
@@ -317,11 +312,9 @@ pub const DECLARATIONS: &[Declaration] = &[
     },
     Declaration {
         experiment: Experiment::Transports,
-        title: "Transports and addressing: GIDs, RoCE v1/v2, MTU, and what InfiniBand adds",
         shows: "Reads the port and GID table from the device: RoCE addresses QPs by GID \
                 (IPv4-mapped for RoCE v2 over IPv4), has no LID and no subnet manager, and \
                 derives its MTU from the netdev. Reading attributes sends nothing.",
-        lesson: Lesson::Transports,
         family: "rxe",
         parts: &[PartDecl {
             name: "addressing",
@@ -353,9 +346,16 @@ mod tests {
 
     #[test]
     fn every_catalog_experiment_is_declared_once_and_in_order() {
+        // `wire` is rdmactl's (on the tracer, not on verbs): every other one is declared here.
+        let verbs: Vec<Experiment> = Experiment::ALL
+            .iter()
+            .copied()
+            .filter(|e| *e != Experiment::Wire)
+            .collect();
         let declared: Vec<Experiment> = DECLARATIONS.iter().map(|d| d.experiment).collect();
-        assert_eq!(declared, Experiment::ALL.to_vec());
-        for e in Experiment::ALL {
+        assert_eq!(declared, verbs);
+        assert!(declaration(Experiment::Wire).is_none());
+        for e in &verbs {
             assert_eq!(declaration(*e).map(|d| d.name()), Some(e.as_str()));
             assert_eq!(by_name(e.as_str()).map(|d| d.experiment), Some(*e));
         }
@@ -388,9 +388,9 @@ mod tests {
     #[test]
     fn every_lesson_exists_and_has_a_chapter() {
         for d in DECLARATIONS {
-            assert!(Lesson::ALL.contains(&d.lesson), "{}", d.name());
-            assert!((1..=11).contains(&d.lesson.chapter()), "{}", d.name());
-            assert_eq!(Lesson::parse(d.lesson.as_str()), Some(d.lesson));
+            assert!(Lesson::ALL.contains(&d.lesson()), "{}", d.name());
+            assert!((1..=11).contains(&d.lesson().chapter()), "{}", d.name());
+            assert_eq!(Lesson::parse(d.lesson().as_str()), Some(d.lesson()));
         }
     }
 
@@ -398,7 +398,7 @@ mod tests {
     fn parts_are_unique_and_no_counter_must_both_move_and_stay() {
         for d in DECLARATIONS {
             assert!(!d.parts.is_empty(), "{}", d.name());
-            assert!(!d.title.is_empty() && !d.shows.is_empty());
+            assert!(!d.title().is_empty() && !d.shows.is_empty());
             for (i, p) in d.parts.iter().enumerate() {
                 assert!(
                     d.parts[..i].iter().all(|q| q.name != p.name),

@@ -115,11 +115,11 @@ pub fn run(
     Ok(Report {
         schema: SCHEMA,
         name: decl.name(),
-        title: decl.title,
+        title: decl.title(),
         shows: decl.shows,
         lesson: LessonRef {
-            name: decl.lesson.as_str(),
-            chapter: decl.lesson.chapter(),
+            name: decl.lesson().as_str(),
+            chapter: decl.lesson().chapter(),
         },
         device: opts.device.clone(),
         family,

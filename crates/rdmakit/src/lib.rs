@@ -7,9 +7,12 @@
 
 pub mod catalog;
 pub mod doctor;
+pub mod exposition;
 pub mod model;
 pub mod nldev;
 pub mod owner;
+#[cfg(feature = "scrape")]
+pub mod scrape;
 pub mod sysfs;
 
 pub use model::Snapshot;

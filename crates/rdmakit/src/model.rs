@@ -205,28 +205,43 @@ pub struct Counter {
 }
 
 impl Counter {
-    /// Build a counter from a file name and its raw value, deriving kind, unit and bytes
-    /// from the name. The rules are deliberately few; the counter catalog describes meanings.
+    /// Build a counter from a file name and its raw value, guessing kind, unit and bytes
+    /// from the name ([`classify`]). The sysfs reader then gives every counter the catalog
+    /// describes the catalog's kind and unit ([`crate::catalog::Catalog::kind_and_unit`]).
     pub fn new(name: impl Into<String>, source: CounterSource, value: u64) -> Counter {
         let name = name.into();
         let (kind, unit) = classify(&name, source);
-        let bytes = match unit {
-            Unit::FourOctetWords => value.checked_mul(4),
-            Unit::Bytes => Some(value),
-            Unit::Count | Unit::Milliseconds => None,
-        };
         Counter {
             name,
             source,
             value,
             kind,
             unit,
-            bytes,
+            bytes: None,
         }
+        .with_kind_and_unit(kind, unit)
+    }
+
+    /// This counter with another kind and unit (`bytes` follows the unit).
+    pub fn with_kind_and_unit(mut self, kind: CounterKind, unit: Unit) -> Counter {
+        self.set_kind_and_unit(kind, unit);
+        self
+    }
+
+    /// Set the kind and unit (`bytes` follows the unit).
+    pub fn set_kind_and_unit(&mut self, kind: CounterKind, unit: Unit) {
+        self.kind = kind;
+        self.unit = unit;
+        self.bytes = match unit {
+            Unit::FourOctetWords => self.value.checked_mul(4),
+            Unit::Bytes => Some(self.value),
+            Unit::Count | Unit::Milliseconds => None,
+        };
     }
 }
 
-/// Kind and unit of a counter, from its name and source.
+/// Kind and unit of a counter from its name and source alone: the guess for counters the
+/// catalog does not describe (see [`crate::catalog::Catalog::kind_and_unit`]).
 ///
 /// - PMA `port_xmit_data` / `port_rcv_data`: 4-octet words.
 /// - `lifespan`: gauge in milliseconds (the driver's cache period, not a counter).

@@ -12,6 +12,7 @@
 use crate::exit::CodedError;
 use rdma_experiments::report::{Report, StepResult};
 use rdma_experiments::{Options, Outcome, Progress, DECLARATIONS};
+use rdmakit::catalog::Experiment;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -69,49 +70,54 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The capture experiment, implemented in `cmd/wire.rs` on top of rdma-trace's decoder.
-const WIRE: &str = "wire";
-const WIRE_TITLE: &str = "What a sniffer sees: BTH and RETH of a real RDMA WRITE";
+const WIRE: Experiment = Experiment::Wire;
+
+/// Every experiment, in the order of the one list (`rdmakit::catalog::Experiment`), with its
+/// verbs declaration when it has one (all but `wire`).
+fn listed() -> impl Iterator<Item = (Experiment, Option<&'static rdma_experiments::Declaration>)> {
+    Experiment::ALL
+        .iter()
+        .map(|e| (*e, rdma_experiments::declaration(*e)))
+}
 
 fn list(json: bool) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     if json {
-        let mut v: Vec<serde_json::Value> = DECLARATIONS
-            .iter()
-            .map(|d| {
-                serde_json::json!({
-                    "name": d.name(),
-                    "title": d.title,
-                    "shows": d.shows,
-                    "lesson": {"name": d.lesson.as_str(), "chapter": d.lesson.chapter()},
-                    "family": d.family,
-                    "parts": d.parts,
-                })
+        let v: Vec<serde_json::Value> = listed()
+            .map(|(e, d)| {
+                let mut entry = serde_json::json!({
+                    "name": e.as_str(),
+                    "title": e.title(),
+                    "lesson": {"name": e.lesson().as_str(), "chapter": e.lesson().chapter()},
+                });
+                if let Some(d) = d {
+                    entry["shows"] = d.shows.into();
+                    entry["family"] = d.family.into();
+                    entry["parts"] = serde_json::to_value(d.parts)?;
+                }
+                if let Some(needs) = e.needs() {
+                    entry["needs"] = needs.into();
+                }
+                Ok(entry)
             })
-            .collect();
-        v.push(serde_json::json!({
-            "name": WIRE,
-            "title": WIRE_TITLE,
-            "lesson": {"name": "security", "chapter": 10},
-            "needs": "rxe_a and rxe_b on a veth pair (rdmactl lab run --devices 2) and root",
-        }));
+            .collect::<Result<_, serde_json::Error>>()?;
         serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
     } else {
-        for d in DECLARATIONS {
+        for (e, d) in listed() {
+            let extra = match (d, e.needs()) {
+                (None, Some(_)) => " (needs --devices 2, root; not in --all)",
+                _ => "",
+            };
             writeln!(
                 out,
-                "{:<18} lesson {:>2} {:<20} {}",
-                d.name(),
-                d.lesson.chapter(),
-                d.lesson.as_str(),
-                d.title
+                "{:<18} lesson {:>2} {:<20} {}{extra}",
+                e.as_str(),
+                e.lesson().chapter(),
+                e.lesson().as_str(),
+                e.title()
             )?;
         }
-        writeln!(
-            out,
-            "{WIRE:<18} lesson {:>2} {:<20} {WIRE_TITLE} (needs --devices 2, root; not in --all)",
-            10, "security"
-        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -134,7 +140,7 @@ fn default_device() -> anyhow::Result<String> {
 fn run_experiments(args: RunArgs) -> anyhow::Result<ExitCode> {
     // `wire` is the tracer's experiment: it captures real RoCE v2 frames on the lab's veth
     // pair and decodes what a sniffer learns (needs rxe_a/rxe_b and root).
-    if args.name.as_deref() == Some(WIRE) {
+    if args.name.as_deref() == Some(WIRE.as_str()) {
         return crate::cmd::wire::run_wire(args.json, args.show_keys);
     }
     let names: Vec<&str> = if args.all {
@@ -192,9 +198,9 @@ fn run_experiments(args: RunArgs) -> anyhow::Result<ExitCode> {
                 out,
                 "\n== {} — {}\n   lesson {} ({}); device {}\n   {}",
                 decl.name(),
-                decl.title,
-                decl.lesson.chapter(),
-                decl.lesson.as_str(),
+                decl.title(),
+                decl.lesson().chapter(),
+                decl.lesson().as_str(),
                 opts.device,
                 decl.shows
             );

@@ -36,7 +36,9 @@ use rdmakit::model::Snapshot;
 use rdmakit::nldev::{NlDevice, NldevClient, NldevError};
 use rdmakit::sysfs::{DeviceFilter, OpenFiles, ReadOptions, SysfsReader};
 
-use crate::metrics::{Kind, MetricSet, Value};
+use rdmakit::catalog::Location;
+
+use crate::metrics::{Declared, MetricSet, Value};
 
 /// One source of metrics.
 pub trait Collector: Send + Sync {
@@ -298,9 +300,33 @@ pub struct CollectorSpec {
     pub help: &'static str,
     /// Whether it runs unless disabled.
     pub default_enabled: bool,
+    /// Every family with a fixed name it adds (through [`MetricSet::add_declared`]).
+    pub metrics: &'static [Declared],
+    /// The catalog locations whose counters it exports, one family per catalog entry
+    /// (named by [`crate::names`], HELP by [`crate::help`]).
+    pub catalog_counters: &'static [Location],
+    /// Families named at run time after what the kernel reports and the catalog does not
+    /// describe, as patterns (`rdma_port_hw_<file>_total`).
+    pub patterns: &'static [&'static str],
     /// Build it from the resolved configuration.
     pub build: fn(&CollectorConfig) -> Box<dyn Collector>,
 }
+
+/// The families [`Collectors::scrape`] adds for every collector and for rdmad itself.
+pub const SCRAPE_METRICS: &[Declared] = &[COLLECTOR_DURATION, COLLECTOR_SUCCESS, EXPORTER_BUILD];
+
+const COLLECTOR_DURATION: Declared = Declared::gauge(
+    "rdma_scrape_collector_duration_seconds",
+    "Time a collector took in this scrape",
+);
+const COLLECTOR_SUCCESS: Declared = Declared::gauge(
+    "rdma_scrape_collector_success",
+    "Whether a collector succeeded in this scrape (1) or failed (0)",
+);
+const EXPORTER_BUILD: Declared = Declared::info(
+    "rdma_exporter_build",
+    "The version of rdmad that produced these metrics",
+);
 
 /// Every collector rdmad has, in the order they run. `netlink_counters` comes before the
 /// sysfs collectors, which skip the port hw counters netlink already exported.
@@ -374,25 +400,11 @@ impl Collectors {
             };
             let label = || vec![("collector", name.to_string())];
             // These two families are only written here, once per collector: no duplicates.
-            let _ = all.add(
-                "rdma_scrape_collector_duration_seconds",
-                Kind::Gauge,
-                || "Time a collector took in this scrape".into(),
-                label(),
-                Value::Float(elapsed),
-            );
-            let _ = all.add(
-                "rdma_scrape_collector_success",
-                Kind::Gauge,
-                || "Whether a collector succeeded in this scrape (1) or failed (0)".into(),
-                label(),
-                Value::Int(u64::from(success)),
-            );
+            let _ = all.add_declared(&COLLECTOR_DURATION, label(), Value::Float(elapsed));
+            let _ = all.add_declared(&COLLECTOR_SUCCESS, label(), Value::Int(u64::from(success)));
         }
-        let _ = all.add(
-            "rdma_exporter_build",
-            Kind::Info,
-            || "The version of rdmad that produced these metrics".into(),
+        let _ = all.add_declared(
+            &EXPORTER_BUILD,
             vec![
                 ("version", crate::build_info::VERSION.to_string()),
                 ("revision", crate::build_info::REVISION.to_string()),
@@ -407,7 +419,7 @@ impl Collectors {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Format;
+    use crate::metrics::{Format, Kind};
 
     struct Failing;
     impl Collector for Failing {

@@ -20,9 +20,10 @@
 
 use std::collections::BTreeSet;
 
+use rdmakit::catalog::{Catalog, Location};
 use rdmakit::model::{Counter, CounterSource};
 use rdmakit::nldev::PortHwCounters;
-use rdmakit::sysfs::DeviceFilter;
+use rdmakit::sysfs::{DeviceFilter, SysfsReader};
 use std::path::PathBuf;
 
 use super::{Collector, CollectorConfig, CollectorSpec, Shared};
@@ -34,6 +35,9 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     name: "netlink_counters",
     help: "port hw counters from RDMA netlink STAT_GET (as `rdma statistic show`) instead of sysfs hw_counters/ files; sysfs per device when netlink fails",
     default_enabled: true,
+    metrics: &[],
+    catalog_counters: &[Location::PortHwCounters],
+    patterns: &["rdma_port_hw_<counter>_total"],
     build,
 };
 
@@ -92,8 +96,11 @@ impl Collector for NetlinkCounters {
                 if answers.is_empty() {
                     continue;
                 }
+                // Kind, unit and HELP from the catalog family of the device's driver, as
+                // sysfs_counters finds it, so that both sources give one name.
+                let driver = SysfsReader::new(&self.sysfs).device_driver(&dev.name);
                 for answer in &answers {
-                    export_port(out, answer)?;
+                    export_port(out, answer, driver.as_deref())?;
                 }
                 done.insert(dev.name);
             }
@@ -108,12 +115,22 @@ impl Collector for NetlinkCounters {
 
 /// Export one port's `STAT_GET` answer under the sysfs names. Counters reported as disabled
 /// are skipped (the kernel leaves them out anyway).
-pub(crate) fn export_port(out: &mut MetricSet, answer: &PortHwCounters) -> anyhow::Result<()> {
+pub(crate) fn export_port(
+    out: &mut MetricSet,
+    answer: &PortHwCounters,
+    driver: Option<&str>,
+) -> anyhow::Result<()> {
+    let catalog = Catalog::embedded().ok();
+    let family = catalog.and_then(|c| c.family_of(CounterSource::Hw, &answer.dev_name, driver));
     for hw in &answer.counters {
         let (Some(value), false) = (hw.value, hw.enabled == Some(false)) else {
             continue;
         };
-        let counter = Counter::new(hw.name.clone(), CounterSource::Hw, value);
+        let mut counter = Counter::new(hw.name.clone(), CounterSource::Hw, value);
+        if let Some(catalog) = catalog {
+            let (kind, unit) = catalog.kind_and_unit(family, CounterSource::Hw, &hw.name);
+            counter.set_kind_and_unit(kind, unit);
+        }
         let Some(metric) = names::counter_metric(&counter) else {
             tracing::debug!(
                 device = answer.dev_name,
@@ -129,7 +146,7 @@ pub(crate) fn export_port(out: &mut MetricSet, answer: &PortHwCounters) -> anyho
         let added = out.add(
             &metric.name,
             metric.kind,
-            || help::counter_help(&answer.dev_name, None, &counter),
+            || help::counter_help(&answer.dev_name, driver, &counter),
             labels,
             metric.value,
         );
@@ -170,7 +187,7 @@ mod tests {
             ],
         };
         let mut out = MetricSet::new();
-        export_port(&mut out, &answer).unwrap();
+        export_port(&mut out, &answer, None).unwrap();
         let text = out.encode(Format::Text);
         assert!(
             text.contains("rdma_port_hw_sent_pkts_total{device=\"rxe_a\",port=\"1\"} 41\n"),
@@ -185,6 +202,44 @@ mod tests {
         assert!(
             text.contains("# HELP rdma_port_hw_sent_pkts_total RoCE packets"),
             "HELP from the catalog, as for sysfs: {text}"
+        );
+    }
+
+    #[test]
+    fn kind_and_unit_come_from_the_catalog_family_of_the_driver() {
+        // bnxt_re's db_fifo_register is a gauge in the catalog (the file name says nothing).
+        let answer = |dev: &str| PortHwCounters {
+            dev_index: 1,
+            dev_name: dev.into(),
+            port: 1,
+            counters: vec![hw("db_fifo_register", Some(5), None)],
+        };
+        let mut out = MetricSet::new();
+        export_port(&mut out, &answer("bnxt_re0"), None).unwrap();
+        let text = out.encode(Format::Text);
+        assert!(
+            text.contains("# TYPE rdma_port_hw_db_fifo_register gauge\n"),
+            "{text}"
+        );
+        // A renamed device is matched by its driver (HELP from the mlx5 entry).
+        let renamed = PortHwCounters {
+            counters: vec![hw("out_of_buffer", Some(2), None)],
+            ..answer("rocep3s0f0")
+        };
+        let mut out = MetricSet::new();
+        export_port(&mut out, &renamed, Some("mlx5_core")).unwrap();
+        let text = out.encode(Format::Text);
+        assert!(
+            text.contains("# HELP rdma_port_hw_out_of_buffer_total ")
+                && !text.contains("not described"),
+            "{text}"
+        );
+        let mut out = MetricSet::new();
+        export_port(&mut out, &answer("mlx5_0"), Some("mlx5_core")).unwrap();
+        let text = out.encode(Format::Text);
+        assert!(
+            text.contains("# TYPE rdma_port_hw_db_fifo_register_total counter\n"),
+            "not described for mlx5: the file-name guess\n{text}"
         );
     }
 

@@ -21,14 +21,23 @@ use rdmakit::sysfs::DeviceFilter;
 use std::path::PathBuf;
 
 use super::{Collector, CollectorConfig, CollectorSpec, Shared};
-use crate::metrics::{Kind, MetricSet, Value};
+use crate::metrics::{Declared, MetricSet, Value};
 use crate::names;
+
+/// The families this collector adds (all of them: see [`CollectorSpec::metrics`]).
+const QP_COUNTER_BOUND_QPS: Declared = Declared::gauge(
+    "rdma_qp_counter_bound_qps",
+    "QPs bound to the QP counter now",
+);
 
 /// The table row.
 pub const SPEC: CollectorSpec = CollectorSpec {
     name: "netlink_qp_counters",
     help: "bound QP counters (rdma statistic qp show) as rdma_qp_<name>_total, only on ports where an administrator enabled QP counter mode",
     default_enabled: true,
+    metrics: &[QP_COUNTER_BOUND_QPS],
+    catalog_counters: &[],
+    patterns: &["rdma_qp_<counter>_total"],
     build,
 };
 
@@ -121,10 +130,8 @@ pub(crate) fn export_bound(
             tracing::debug!(device = counter.dev_name, counter = hw.name, "{e}");
         }
     }
-    out.add(
-        "rdma_qp_counter_bound_qps",
-        Kind::Gauge,
-        || "QPs bound to the QP counter now".into(),
+    out.add_declared(
+        &QP_COUNTER_BOUND_QPS,
         base(),
         Value::Int(counter.lqpns.len() as u64),
     )?;

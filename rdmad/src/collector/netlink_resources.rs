@@ -12,13 +12,22 @@ use anyhow::Context;
 use rdmakit::sysfs::DeviceFilter;
 
 use super::{Collector, CollectorConfig, CollectorSpec, Shared};
-use crate::metrics::{Kind, MetricSet, Value};
+use crate::metrics::{Declared, MetricSet, Value};
+
+/// The families this collector adds (all of them: see [`CollectorSpec::metrics`]).
+const RESOURCES: Declared = Declared::gauge(
+    "rdma_resources",
+    "RDMA objects of each type on the device now (RDMA netlink resource summary, as `rdma resource show`)",
+);
 
 /// The table row.
 pub const SPEC: CollectorSpec = CollectorSpec {
     name: "netlink_resources",
     help: "RDMA objects per device and kind (QPs, CQs, MRs, ...) from the RDMA netlink resource summary",
     default_enabled: true,
+    metrics: &[RESOURCES],
+    catalog_counters: &[],
+    patterns: &[],
     build,
 };
 
@@ -49,10 +58,8 @@ impl Collector for NetlinkResources {
         };
         for summary in summaries.iter().filter(|s| self.filter.keeps(&s.dev_name)) {
             for (kind, count) in &summary.counts {
-                out.add(
-                    "rdma_resources",
-                    Kind::Gauge,
-                    || "RDMA objects of each type on the device now (RDMA netlink resource summary, as `rdma resource show`)".into(),
+                out.add_declared(
+                    &RESOURCES,
                     vec![("device", summary.dev_name.clone()), ("type", kind.clone())],
                     Value::Int(*count),
                 )?;

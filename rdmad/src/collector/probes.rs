@@ -24,7 +24,52 @@
 use std::collections::BTreeMap;
 
 use super::{Collector, CollectorConfig, CollectorSpec};
-use crate::metrics::{Histogram, Kind, Labels, MetricSet, Value};
+use crate::metrics::{Declared, Histogram, Labels, MetricSet, Value};
+
+/// The families this collector adds (all of them: see [`CollectorSpec::metrics`]).
+const LATENCY_SECONDS: Declared = Declared::histogram(
+    "rdma_probe_latency_seconds",
+    "Probe latency: one-way for loopback send/write, round trip for read and peers",
+);
+const LATENCY_LAST_SECONDS: Declared = Declared::gauge(
+    "rdma_probe_latency_last_seconds",
+    "perftest summary of the last successful probe run",
+);
+const RUNS: Declared = Declared::counter("rdma_probe_runs", "Successful probe runs");
+const FAILURES: Declared = Declared::counter(
+    "rdma_probe_failures",
+    "Failed probe runs by work-completion status or failure name",
+);
+const UP: Declared = Declared::gauge("rdma_probe_up", "Whether the last probe run succeeded");
+const MR_REGISTRATION_SECONDS: Declared = Declared::histogram(
+    "rdma_probe_mr_registration_seconds",
+    "MR registration time (allocation + ibv_reg_mr)",
+);
+const MR_REGISTRATION_LAST_SECONDS: Declared = Declared::gauge(
+    "rdma_probe_mr_registration_last_seconds",
+    "Time of the last MR registration of this size",
+);
+const MR_REGISTRATION_FAILURES: Declared = Declared::counter(
+    "rdma_probe_mr_registration_failures",
+    "Failed MR registrations",
+);
+const PEER_CONNECTED: Declared = Declared::gauge(
+    "rdma_probe_peer_connected",
+    "Whether the probe connection to a peer is up",
+);
+const HANDSHAKES_REFUSED: Declared = Declared::counter(
+    "rdma_probe_handshakes_refused",
+    "Peer handshakes this engine refused, by reason",
+);
+const HANDSHAKES_ACCEPTED: Declared = Declared::counter(
+    "rdma_probe_handshakes_accepted",
+    "Peer handshakes this engine accepted",
+);
+const CPU_SECONDS: Declared = Declared::counter(
+    "rdma_probe_cpu_seconds",
+    "CPU time used by the probe engine's threads",
+);
+const ROUNDS: Declared = Declared::counter("rdma_probe_rounds", "Probe rounds completed");
 
 /// The table row. Off unless `--probe.enable` (which turns it on) or `--collector.probes`.
 pub const SPEC: CollectorSpec = CollectorSpec {
@@ -32,6 +77,23 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     help:
         "active RDMA probes: loopback and peer latency, MR registration time (needs --probe.enable)",
     default_enabled: false,
+    metrics: &[
+        LATENCY_SECONDS,
+        LATENCY_LAST_SECONDS,
+        RUNS,
+        FAILURES,
+        UP,
+        MR_REGISTRATION_SECONDS,
+        MR_REGISTRATION_LAST_SECONDS,
+        MR_REGISTRATION_FAILURES,
+        PEER_CONNECTED,
+        HANDSHAKES_REFUSED,
+        HANDSHAKES_ACCEPTED,
+        CPU_SECONDS,
+        ROUNDS,
+    ],
+    catalog_counters: &[],
+    patterns: &[],
     build,
 };
 
@@ -408,121 +470,64 @@ fn target_labels(t: &TargetView) -> Labels {
 pub fn emit(view: &View, out: &mut MetricSet) -> anyhow::Result<()> {
     for t in &view.targets {
         let l = target_labels(t);
-        out.add(
-            "rdma_probe_latency_seconds",
-            Kind::Histogram,
-            || {
-                "Probe latency: one-way for loopback send/write, round trip for read and peers"
-                    .into()
-            },
+        out.add_declared(
+            &LATENCY_SECONDS,
             l.clone(),
             Value::Histogram(t.latency.to_metric()),
         )?;
         for (stat, seconds) in &t.last {
             let mut lb = l.clone();
             lb.push(("stat", stat.to_string()));
-            out.add(
-                "rdma_probe_latency_last_seconds",
-                Kind::Gauge,
-                || "perftest summary of the last successful probe run".into(),
-                lb,
-                Value::Float(*seconds),
-            )?;
+            out.add_declared(&LATENCY_LAST_SECONDS, lb, Value::Float(*seconds))?;
         }
-        out.add(
-            "rdma_probe_runs",
-            Kind::Counter,
-            || "Successful probe runs".into(),
-            l.clone(),
-            Value::Int(t.runs_total),
-        )?;
+        out.add_declared(&RUNS, l.clone(), Value::Int(t.runs_total))?;
         for (status, n) in &t.failures_total {
             let mut lb = l.clone();
             lb.push(("status", status.clone()));
-            out.add(
-                "rdma_probe_failures",
-                Kind::Counter,
-                || "Failed probe runs by work-completion status or failure name".into(),
-                lb,
-                Value::Int(*n),
-            )?;
+            out.add_declared(&FAILURES, lb, Value::Int(*n))?;
         }
-        out.add(
-            "rdma_probe_up",
-            Kind::Gauge,
-            || "Whether the last probe run succeeded".into(),
-            l,
-            Value::Int(u64::from(t.up)),
-        )?;
+        out.add_declared(&UP, l, Value::Int(u64::from(t.up)))?;
     }
     for r in &view.registrations {
         let l: Labels = vec![
             ("device", r.device.clone()),
             ("size_bytes", r.size_bytes.to_string()),
         ];
-        out.add(
-            "rdma_probe_mr_registration_seconds",
-            Kind::Histogram,
-            || "MR registration time (allocation + ibv_reg_mr)".into(),
+        out.add_declared(
+            &MR_REGISTRATION_SECONDS,
             l.clone(),
             Value::Histogram(r.seconds.to_metric()),
         )?;
         if let Some(seconds) = r.last_seconds {
-            out.add(
-                "rdma_probe_mr_registration_last_seconds",
-                Kind::Gauge,
-                || "Time of the last MR registration of this size".into(),
+            out.add_declared(
+                &MR_REGISTRATION_LAST_SECONDS,
                 l.clone(),
                 Value::Float(seconds),
             )?;
         }
-        out.add(
-            "rdma_probe_mr_registration_failures",
-            Kind::Counter,
-            || "Failed MR registrations".into(),
-            l,
-            Value::Int(r.failures_total),
-        )?;
+        out.add_declared(&MR_REGISTRATION_FAILURES, l, Value::Int(r.failures_total))?;
     }
     for (peer, connected) in &view.peers {
-        out.add(
-            "rdma_probe_peer_connected",
-            Kind::Gauge,
-            || "Whether the probe connection to a peer is up".into(),
+        out.add_declared(
+            &PEER_CONNECTED,
             vec![("peer", peer.clone())],
             Value::Int(u64::from(*connected)),
         )?;
     }
     for (reason, n) in &view.handshakes_refused_total {
-        out.add(
-            "rdma_probe_handshakes_refused",
-            Kind::Counter,
-            || "Peer handshakes this engine refused, by reason".into(),
+        out.add_declared(
+            &HANDSHAKES_REFUSED,
             vec![("reason", reason.clone())],
             Value::Int(*n),
         )?;
     }
-    out.add(
-        "rdma_probe_handshakes_accepted",
-        Kind::Counter,
-        || "Peer handshakes this engine accepted".into(),
+    out.add_declared(
+        &HANDSHAKES_ACCEPTED,
         vec![],
         Value::Int(view.handshakes_accepted_total),
     )?;
-    out.add(
-        "rdma_probe_cpu_seconds",
-        Kind::Counter,
-        || "CPU time used by the probe engine's threads".into(),
-        vec![],
-        Value::Float(view.cpu_seconds_total),
-    )?;
-    out.add(
-        "rdma_probe_rounds",
-        Kind::Counter,
-        || "Probe rounds completed".into(),
-        vec![],
-        Value::Int(view.rounds_total),
-    )?;
+    out.add_declared(&CPU_SECONDS, vec![], Value::Float(view.cpu_seconds_total))?;
+    out.add_declared(&ROUNDS, vec![], Value::Int(view.rounds_total))?;
     Ok(())
 }
 

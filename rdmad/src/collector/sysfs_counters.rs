@@ -19,10 +19,12 @@
 
 use std::collections::HashMap;
 
-use rdmakit::model::{CounterSource, Snapshot, SourceError};
+use rdmakit::model::{CounterKind, CounterSource, Snapshot, SourceError, Unit};
 
 use super::{Collector, CollectorConfig, CollectorSpec, Shared};
-use crate::metrics::{AddError, Kind, MetricSet, Value};
+use rdmakit::catalog::Location;
+
+use crate::metrics::{AddError, Declared, Kind, MetricSet, Value};
 use crate::{help, names};
 
 /// The table row.
@@ -30,6 +32,17 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     name: "sysfs_counters",
     help: "every file of counters/ and hw_counters/ (port and device level) from sysfs",
     default_enabled: true,
+    metrics: &[READ_ERRORS],
+    catalog_counters: &[
+        Location::PortCounters,
+        Location::PortHwCounters,
+        Location::DeviceHwCounters,
+    ],
+    patterns: &[
+        "rdma_port_<file>_total",
+        "rdma_port_hw_<file>_total",
+        "rdma_device_hw_<file>_total",
+    ],
     build,
 };
 
@@ -52,10 +65,10 @@ impl Collector for SysfsCounters {
     fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
         let snapshot = shared.sysfs_snapshot(&self.source)?;
         let mut unexported: Vec<(String, String)> = Vec::new();
-        // Metric names depend on the source and file name only: computed once per name, not
-        // once per device (64 devices of one driver share every name).
-        let mut metric_names: HashMap<(CounterSource, &str), Option<(String, Kind)>> =
-            HashMap::new();
+        // Metric names depend on the source, file name, kind and unit only: computed once
+        // per name, not once per device (64 devices of one driver share every name).
+        type NameKey<'a> = (CounterSource, CounterKind, Unit, &'a str);
+        let mut metric_names: HashMap<NameKey<'_>, Option<(String, Kind)>> = HashMap::new();
         for device in &snapshot.devices {
             let driver = device.driver.as_deref();
             let port_counters = device
@@ -65,7 +78,12 @@ impl Collector for SysfsCounters {
             let device_counters = device.hw_counters.iter().map(|c| (c, None));
             for (counter, port) in port_counters.chain(device_counters) {
                 let metric = metric_names
-                    .entry((counter.source, counter.name.as_str()))
+                    .entry((
+                        counter.source,
+                        counter.kind,
+                        counter.unit,
+                        counter.name.as_str(),
+                    ))
                     .or_insert_with(|| names::counter_metric_name(counter));
                 let Some((name, kind)) = metric else {
                     unexported.push((device.name.clone(), counter.name.clone()));
@@ -109,11 +127,11 @@ pub(crate) fn is_counter_path(path: &str) -> bool {
         .any(|part| part == "counters" || part == "hw_counters")
 }
 
-const READ_ERRORS: &str = "rdma_sysfs_read_errors";
-
-fn read_errors_help() -> String {
-    "Files a collector could not read, parse or export for a device in this scrape".into()
-}
+/// `rdma_sysfs_read_errors`, written by both sysfs collectors.
+pub(crate) const READ_ERRORS: Declared = Declared::gauge(
+    "rdma_sysfs_read_errors",
+    "Files a collector could not read, parse or export for a device in this scrape",
+);
 
 /// Write `rdma_sysfs_read_errors{collector,device}` for every device of the snapshot (0 when
 /// clean), counting the errors `relevant` selects (each logged at debug level) plus one per
@@ -142,10 +160,8 @@ pub(crate) fn report_read_errors(
         count(device);
     }
     for (device, n) in counts {
-        out.add(
-            READ_ERRORS,
-            Kind::Gauge,
-            read_errors_help,
+        out.add_declared(
+            &READ_ERRORS,
             vec![("collector", collector.to_string()), ("device", device)],
             Value::Int(n),
         )?;

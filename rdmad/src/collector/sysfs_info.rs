@@ -16,13 +16,50 @@
 //! read in index order up to the first one that names a netdev (none on InfiniBand ports).
 
 use super::{Collector, CollectorConfig, CollectorSpec, Shared};
-use crate::metrics::{Kind, MetricSet, Value};
+use crate::metrics::{Declared, MetricSet, Value};
+
+/// The families this collector adds (all of them: see [`CollectorSpec::metrics`]).
+const DEVICE_INFO: Declared = Declared::info(
+    "rdma_device",
+    "RDMA device identity from sysfs (value 1); empty labels are unknown",
+);
+const PORT_INFO: Declared = Declared::info(
+    "rdma_port",
+    "RDMA port identity and state from sysfs (value 1); join on {device,port}",
+);
+const PORT_STATE_ID: Declared = Declared::gauge(
+    "rdma_port_state_id",
+    "Logical port state (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)",
+);
+const PORT_PHYSICAL_STATE_ID: Declared = Declared::gauge(
+    "rdma_port_physical_state_id",
+    "Physical port state (2 Polling, 3 Disabled, 5 LinkUp, 6 LinkErrorRecovery, ...)",
+);
+const PORT_RATE_BYTES_PER_SECOND: Declared = Declared::gauge(
+    "rdma_port_rate_bytes_per_second",
+    "Active link rate of the port (sysfs rate / 8)",
+);
+const PORT_LID: Declared = Declared::gauge(
+    "rdma_port_lid",
+    "Local identifier of the port (0 on Ethernet link layers)",
+);
 
 /// The table row.
 pub const SPEC: CollectorSpec = CollectorSpec {
     name: "sysfs_info",
     help: "device and port identity and state from sysfs (rdma_device_info, rdma_port_info, ...)",
     default_enabled: true,
+    metrics: &[
+        DEVICE_INFO,
+        PORT_INFO,
+        PORT_STATE_ID,
+        PORT_PHYSICAL_STATE_ID,
+        PORT_RATE_BYTES_PER_SECOND,
+        PORT_LID,
+        super::sysfs_counters::READ_ERRORS,
+    ],
+    catalog_counters: &[],
+    patterns: &[],
     build,
 };
 
@@ -48,10 +85,8 @@ impl Collector for SysfsInfo {
         let snapshot = shared.sysfs_snapshot(&self.source)?;
         for device in &snapshot.devices {
             let text = |v: &Option<String>| v.clone().unwrap_or_default();
-            out.add(
-                "rdma_device",
-                Kind::Info,
-                || "RDMA device identity from sysfs (value 1); empty labels are unknown".into(),
+            out.add_declared(
+                &DEVICE_INFO,
                 vec![
                     ("device", device.name.clone()),
                     ("driver", text(&device.driver)),
@@ -80,54 +115,22 @@ impl Collector for SysfsInfo {
                     ("state", name(&port.state)),
                     ("phys_state", name(&port.phys_state)),
                 ]);
-                out.add(
-                    "rdma_port",
-                    Kind::Info,
-                    || {
-                        "RDMA port identity and state from sysfs (value 1); join on {device,port}"
-                            .into()
-                    },
-                    info,
-                    Value::Int(1),
-                )?;
+                out.add_declared(&PORT_INFO, info, Value::Int(1))?;
                 if let Some(state) = &port.state {
-                    out.add(
-                        "rdma_port_state_id",
-                        Kind::Gauge,
-                        || {
-                            "Logical port state (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)"
-                                .into()
-                        },
-                        labels(),
-                        Value::Int(u64::from(state.id)),
-                    )?;
+                    out.add_declared(&PORT_STATE_ID, labels(), Value::Int(u64::from(state.id)))?;
                 }
                 if let Some(phys) = &port.phys_state {
-                    out.add(
-                        "rdma_port_physical_state_id",
-                        Kind::Gauge,
-                        || "Physical port state (2 Polling, 3 Disabled, 5 LinkUp, 6 LinkErrorRecovery, ...)".into(),
+                    out.add_declared(
+                        &PORT_PHYSICAL_STATE_ID,
                         labels(),
                         Value::Int(u64::from(phys.id)),
                     )?;
                 }
                 if let Some(bps) = port.rate.as_ref().and_then(|r| r.bits_per_second) {
-                    out.add(
-                        "rdma_port_rate_bytes_per_second",
-                        Kind::Gauge,
-                        || "Active link rate of the port (sysfs rate / 8)".into(),
-                        labels(),
-                        Value::Int(bps / 8),
-                    )?;
+                    out.add_declared(&PORT_RATE_BYTES_PER_SECOND, labels(), Value::Int(bps / 8))?;
                 }
                 if let Some(lid) = port.lid {
-                    out.add(
-                        "rdma_port_lid",
-                        Kind::Gauge,
-                        || "Local identifier of the port (0 on Ethernet link layers)".into(),
-                        labels(),
-                        Value::Int(u64::from(lid)),
-                    )?;
+                    out.add_declared(&PORT_LID, labels(), Value::Int(u64::from(lid)))?;
                 }
             }
         }

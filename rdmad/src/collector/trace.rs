@@ -31,13 +31,46 @@ use rdma_trace::{Selection, TraceCollector, TraceStats};
 use rdmakit::sysfs::DeviceFilter;
 
 use super::{Collector, CollectorConfig, CollectorSpec, Reported};
-use crate::metrics::{Histogram, Kind, MetricSet, Value};
+use crate::metrics::{Declared, Histogram, MetricSet, Value};
+
+/// The families this collector adds (all of them: see [`CollectorSpec::metrics`]).
+const EVENTS: Declared = Declared::counter(
+    "rdma_trace_events",
+    "RDMA control-path calls and events seen by the eBPF tracer, by kind, process name and device",
+);
+const QP_TRANSITIONS: Declared = Declared::counter(
+    "rdma_trace_qp_transitions",
+    "Successful QP state transitions seen by the eBPF tracer (from=\"?\": QP created before the tracer started)",
+);
+const CALL_ERRORS: Declared = Declared::counter(
+    "rdma_trace_call_errors",
+    "Failed RDMA control-path calls seen by the eBPF tracer, by kind, device and errno",
+);
+const ASYNC_EVENTS: Declared = Declared::counter(
+    "rdma_trace_async_events",
+    "RDMA async events (QP, CQ, port) seen by the eBPF tracer",
+);
+const EVENTS_DROPPED: Declared = Declared::counter(
+    "rdma_trace_events_dropped",
+    "Events the eBPF tracer lost in the kernel (ring buffer full)",
+);
+const MR_REG_LATENCY_SECONDS: Declared = Declared::histogram(
+    "rdma_trace_mr_reg_latency_seconds",
+    "Time a successful MR registration took in the kernel, seen by the eBPF tracer",
+);
+const MR_REG_SIZE_BYTES: Declared = Declared::histogram(
+    "rdma_trace_mr_reg_size_bytes",
+    "Size of successfully registered MRs, seen by the eBPF tracer",
+);
 
 /// The table row.
 pub const SPEC: CollectorSpec = CollectorSpec {
     name: "trace",
     help: "RDMA control-path events traced with eBPF (QP transitions, call errors, async events, MR registration latency and size); needs the bpf build feature and CAP_BPF+CAP_PERFMON or root",
     default_enabled: false,
+    metrics: &[EVENTS, QP_TRANSITIONS, CALL_ERRORS, ASYNC_EVENTS, EVENTS_DROPPED, MR_REG_LATENCY_SECONDS, MR_REG_SIZE_BYTES],
+    catalog_counters: &[],
+    patterns: &[],
     build,
 };
 
@@ -120,10 +153,8 @@ pub(crate) fn export(
 ) -> anyhow::Result<()> {
     let keep = |device: &str| device == "-" || filter.keeps(device);
     for e in stats.events.iter().filter(|e| keep(&e.device)) {
-        out.add(
-            "rdma_trace_events",
-            Kind::Counter,
-            || "RDMA control-path calls and events seen by the eBPF tracer, by kind, process name and device".into(),
+        out.add_declared(
+            &EVENTS,
             vec![
                 ("kind", e.kind.name().to_string()),
                 ("comm", e.comm.clone()),
@@ -133,10 +164,8 @@ pub(crate) fn export(
         )?;
     }
     for t in stats.qp_transitions.iter().filter(|t| keep(&t.device)) {
-        out.add(
-            "rdma_trace_qp_transitions",
-            Kind::Counter,
-            || "Successful QP state transitions seen by the eBPF tracer (from=\"?\": QP created before the tracer started)".into(),
+        out.add_declared(
+            &QP_TRANSITIONS,
             vec![
                 ("device", t.device.clone()),
                 ("from", t.from.clone()),
@@ -146,13 +175,8 @@ pub(crate) fn export(
         )?;
     }
     for e in stats.errors.iter().filter(|e| keep(&e.device)) {
-        out.add(
-            "rdma_trace_call_errors",
-            Kind::Counter,
-            || {
-                "Failed RDMA control-path calls seen by the eBPF tracer, by kind, device and errno"
-                    .into()
-            },
+        out.add_declared(
+            &CALL_ERRORS,
             vec![
                 ("kind", e.kind.name().to_string()),
                 ("device", e.device.clone()),
@@ -162,38 +186,23 @@ pub(crate) fn export(
         )?;
     }
     for a in stats.async_events.iter().filter(|a| keep(&a.device)) {
-        out.add(
-            "rdma_trace_async_events",
-            Kind::Counter,
-            || "RDMA async events (QP, CQ, port) seen by the eBPF tracer".into(),
+        out.add_declared(
+            &ASYNC_EVENTS,
             vec![("device", a.device.clone()), ("event", a.event.clone())],
             Value::Int(a.count),
         )?;
     }
-    out.add(
-        "rdma_trace_events_dropped",
-        Kind::Counter,
-        || "Events the eBPF tracer lost in the kernel (ring buffer full)".into(),
-        vec![],
-        Value::Int(stats.dropped),
-    )?;
+    out.add_declared(&EVENTS_DROPPED, vec![], Value::Int(stats.dropped))?;
     for (device, h) in stats.mr_reg_latency_ns.iter().filter(|(d, _)| keep(d)) {
-        out.add(
-            "rdma_trace_mr_reg_latency_seconds",
-            Kind::Histogram,
-            || {
-                "Time a successful MR registration took in the kernel, seen by the eBPF tracer"
-                    .into()
-            },
+        out.add_declared(
+            &MR_REG_LATENCY_SECONDS,
             vec![("device", device.clone())],
             histogram(h, NS_PER_SECOND),
         )?;
     }
     for (device, h) in stats.mr_reg_bytes.iter().filter(|(d, _)| keep(d)) {
-        out.add(
-            "rdma_trace_mr_reg_size_bytes",
-            Kind::Histogram,
-            || "Size of successfully registered MRs, seen by the eBPF tracer".into(),
+        out.add_declared(
+            &MR_REG_SIZE_BYTES,
             vec![("device", device.clone())],
             histogram(h, 1.0),
         )?;

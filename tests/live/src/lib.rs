@@ -318,26 +318,13 @@ pub fn rdmad_bin() -> PathBuf {
 }
 
 /// Parse a Prometheus text exposition (what rdmad serves on `/metrics` and prints with
-/// `--once`): series (metric name and labels exactly as printed, e.g.
-/// `rdma_port_state_id{device="rxe0",port="1"}`) -> value. Comment lines (`# HELP`,
-/// `# TYPE`) and blank lines are skipped. The value is the last space-separated word (rdmad
-/// prints no timestamps), so label values may hold spaces and escaped quotes. A line without
-/// a value, or with a value that is not a number, is an error.
+/// `--once`) with the one parser of the workspace ([`rdmakit::exposition`]): series (metric
+/// name and labels as rdmad prints them, e.g. `rdma_port_state_id{device="rxe0",port="1"}`)
+/// -> value. A line that does not parse is an error naming it.
 pub fn parse_exposition(text: &str) -> Result<BTreeMap<String, f64>, String> {
-    let mut series = BTreeMap::new();
-    for (lineno, line) in text.lines().enumerate() {
-        if line.starts_with('#') || line.is_empty() {
-            continue;
-        }
-        let (name, value) = line
-            .rsplit_once(' ')
-            .ok_or_else(|| format!("line {}: malformed sample line {line:?}", lineno + 1))?;
-        let value: f64 = value
-            .parse()
-            .map_err(|_| format!("line {}: bad value in {line:?}", lineno + 1))?;
-        series.insert(name.to_string(), value);
-    }
-    Ok(series)
+    rdmakit::exposition::parse(text)
+        .map(|e| e.series())
+        .map_err(|e| e.to_string())
 }
 
 /// The answer to one [`http_get`].
@@ -677,9 +664,9 @@ rdma_probe_rounds_total 7
     #[test]
     fn malformed_sample_lines_are_errors() {
         let err = parse_exposition("# TYPE x gauge\nx\n").unwrap_err();
-        assert!(err.contains("line 2") && err.contains("malformed"), "{err}");
+        assert!(err.contains("line 2") && err.contains("no value"), "{err}");
         let err = parse_exposition("x{a=\"b\"} one\n").unwrap_err();
-        assert!(err.contains("bad value"), "{err}");
+        assert!(err.contains("not a number"), "{err}");
         assert_eq!(parse_exposition("").unwrap(), BTreeMap::new());
     }
 }

@@ -21,5 +21,9 @@ pub(crate) fn dispatch(decl: &Declaration, run: &mut Run<'_>) -> Result<(), ExpE
         Experiment::OneVsTwoSided => one_vs_two_sided::run(run),
         Experiment::CqModes => cq_modes::run(run),
         Experiment::Transports => transports::run(run),
+        // No declaration names it (rdmactl runs it on the tracer), so no run gets here.
+        Experiment::Wire => Err(ExpError::Failed(
+            "`wire` is rdmactl's tracer experiment, not a verbs one".into(),
+        )),
     }
 }

@@ -21,8 +21,11 @@ pub use model::{
     CounterInfo, Experiment, FamilyInfo, Kind, Lesson, Location, Overflow, Severity, Unit, WIDTHS,
 };
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::OnceLock;
+
+use crate::model::{classify, CounterKind, CounterSource};
 
 /// The catalog files compiled into the binary: (file name, contents).
 pub const EMBEDDED_FILES: &[(&str, &str)] = &[
@@ -52,6 +55,10 @@ pub const NOT_FAMILY_FILES: &[&str] = &["rules.toml"];
 pub struct Catalog {
     families: Vec<FamilyInfo>,
     counters: Vec<CounterInfo>,
+    /// family -> counter name -> index in `counters`, exact spelling.
+    exact: HashMap<String, HashMap<String, usize>>,
+    /// family -> ASCII-lowercased counter name -> index of the first such entry.
+    folded: HashMap<String, HashMap<String, usize>>,
 }
 
 /// The answer to [`Catalog::lookup`].
@@ -114,7 +121,25 @@ impl Catalog {
         sources: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<Catalog, CatalogError> {
         let (families, counters) = load::parse_all(sources)?;
-        Ok(Catalog { families, counters })
+        let mut exact: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        let mut folded: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        for (i, c) in counters.iter().enumerate() {
+            exact
+                .entry(c.driver.clone())
+                .or_default()
+                .insert(c.name.clone(), i);
+            folded
+                .entry(c.driver.clone())
+                .or_default()
+                .entry(c.name.to_ascii_lowercase())
+                .or_insert(i);
+        }
+        Ok(Catalog {
+            families,
+            counters,
+            exact,
+            folded,
+        })
     }
 
     /// Every counter, family by family in load order, counters in file order.
@@ -176,10 +201,52 @@ impl Catalog {
     }
 
     fn get_direct(&self, driver: &str, name: &str) -> Option<&CounterInfo> {
-        self.family(driver).find(|c| c.name == name).or_else(|| {
-            self.family(driver)
-                .find(|c| c.name.eq_ignore_ascii_case(name))
-        })
+        let index = self
+            .exact
+            .get(driver)
+            .and_then(|names| names.get(name))
+            .or_else(|| {
+                self.folded
+                    .get(driver)?
+                    .get(name.to_ascii_lowercase().as_str())
+            })?;
+        self.counters.get(*index)
+    }
+
+    /// The family whose entries describe the counters of `source` on `device`: `ib_pma` for
+    /// the PMA files (`ports/<n>/counters/`, the same on every device); for driver files the
+    /// family of the parent's kernel driver (`mlx5_core` -> `mlx5`), else of the device name
+    /// (`rxe0` -> `rxe`, `bnxt_re0` -> `bnxt_re`). `None` when no family matches.
+    pub fn family_of(
+        &self,
+        source: CounterSource,
+        device: &str,
+        driver: Option<&str>,
+    ) -> Option<&str> {
+        match source {
+            CounterSource::Pma => self
+                .families
+                .iter()
+                .find(|f| f.name == "ib_pma")
+                .map(|f| f.name.as_str()),
+            CounterSource::Hw | CounterSource::DeviceHw => driver
+                .and_then(|d| self.family_for(d))
+                .or_else(|| self.family_for(device)),
+        }
+    }
+
+    /// The kind and unit of the counter file `name` of `source` in `family`: the catalog's
+    /// when it describes the counter, else the file-name rules of [`classify`].
+    pub fn kind_and_unit(
+        &self,
+        family: Option<&str>,
+        source: CounterSource,
+        name: &str,
+    ) -> (CounterKind, crate::model::Unit) {
+        match family.and_then(|f| self.get(f, name)) {
+            Some(info) => (info.kind.into(), info.unit.into()),
+            None => classify(name, source),
+        }
     }
 
     /// Every family's entry for this name: exact spelling first; if none, ignoring case; if

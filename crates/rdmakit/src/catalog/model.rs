@@ -82,6 +82,33 @@ spelled_enum! {
     }
 }
 
+impl From<Unit> for crate::model::Unit {
+    /// The unit of a raw value as the model knows it: the data sizes and milliseconds (which
+    /// the faces convert), everything else counted one by one.
+    fn from(unit: Unit) -> crate::model::Unit {
+        match unit {
+            Unit::Words4 => crate::model::Unit::FourOctetWords,
+            Unit::Bytes => crate::model::Unit::Bytes,
+            Unit::Ms => crate::model::Unit::Milliseconds,
+            Unit::Packets
+            | Unit::Events
+            | Unit::Operations
+            | Unit::Messages
+            | Unit::Ticks
+            | Unit::Objects => crate::model::Unit::Count,
+        }
+    }
+}
+
+impl From<Kind> for crate::model::CounterKind {
+    fn from(kind: Kind) -> crate::model::CounterKind {
+        match kind {
+            Kind::Counter => crate::model::CounterKind::Counter,
+            Kind::Gauge => crate::model::CounterKind::Gauge,
+        }
+    }
+}
+
 spelled_enum! {
     /// What a counter does when it reaches its maximum.
     pub enum Overflow {
@@ -132,7 +159,9 @@ impl Location {
 }
 
 spelled_enum! {
-    /// The rdmactl experiments (`rdmactl experiment NAME`) a counter can point to.
+    /// The rdmactl experiments (`rdmactl experiment run NAME`): the one list of their names,
+    /// titles and chapters. rdma-experiments declares the verbs ones (all but `wire`, which
+    /// rdmactl implements on the tracer); a counter can point to any of them.
     pub enum Experiment {
         /// Registering memory regions: cost, pinning, limits.
         MrRegistration => "mr-registration",
@@ -148,6 +177,60 @@ spelled_enum! {
         CqModes => "cq-modes",
         /// RC, UC and UD side by side.
         Transports => "transports",
+        /// Capturing real RoCE v2 frames of an RDMA WRITE and decoding what a sniffer sees
+        /// (rdmactl's tracer experiment: two rxe devices on a veth pair, root).
+        Wire => "wire",
+    }
+}
+
+impl Experiment {
+    /// The one-line title `rdmactl experiment list` prints.
+    pub fn title(self) -> &'static str {
+        match self {
+            Experiment::MrRegistration => {
+                "Registering memory: cost, pinning, keys and access rules"
+            }
+            Experiment::QpStates => {
+                "Walking a QP through RESET, INIT, RTR, RTS (and SQD, ERR, back to RESET)"
+            }
+            Experiment::QpErrors => {
+                "Completion errors: provoke each one and read what the device says"
+            }
+            Experiment::SecurityKeys => {
+                "The rkey is a capability: what it grants, what revokes it, what it costs to guess"
+            }
+            Experiment::OneVsTwoSided => {
+                "One-sided vs two-sided: SEND/RECV, WRITE, WRITE_WITH_IMM, READ"
+            }
+            Experiment::CqModes => "Completion queues: busy polling vs completion channel events",
+            Experiment::Transports => {
+                "Transports and addressing: GIDs, RoCE v1/v2, MTU, and what InfiniBand adds"
+            }
+            Experiment::Wire => "What a sniffer sees: BTH and RETH of a real RDMA WRITE",
+        }
+    }
+
+    /// The course chapter the experiment belongs to.
+    pub fn lesson(self) -> Lesson {
+        match self {
+            Experiment::MrRegistration => Lesson::MemoryRegistration,
+            Experiment::QpStates => Lesson::QueuePairs,
+            Experiment::QpErrors => Lesson::ErrorHandling,
+            Experiment::SecurityKeys | Experiment::Wire => Lesson::Security,
+            Experiment::OneVsTwoSided => Lesson::OneVsTwoSided,
+            Experiment::CqModes => Lesson::VerbsApi,
+            Experiment::Transports => Lesson::Transports,
+        }
+    }
+
+    /// What it needs beyond one RDMA device, when that is more (`None` for most).
+    pub fn needs(self) -> Option<&'static str> {
+        match self {
+            Experiment::Wire => {
+                Some("rxe_a and rxe_b on a veth pair (rdmactl lab run --devices 2) and root")
+            }
+            _ => None,
+        }
     }
 }
 

@@ -62,20 +62,17 @@ pub fn step(before: u64, after: u64, width: u8) -> (u64, Movement) {
     }
 }
 
-/// The catalog family of a counter: PMA counters are `ib_pma`; driver counters follow the
-/// driver (`mlx5_core` -> `mlx5`) or, failing that, the device name (`rxe0` -> `rxe`).
+/// The catalog family of a counter ([`Catalog::family_of`]): PMA counters are `ib_pma`;
+/// driver counters follow the driver (`mlx5_core` -> `mlx5`) or, failing that, the device
+/// name (`rxe0` -> `rxe`).
 pub fn family_of(
     catalog: &Catalog,
     source: CounterSource,
     driver: Option<&str>,
     device: &str,
 ) -> Option<String> {
-    if source == CounterSource::Pma {
-        return Some("ib_pma".to_string());
-    }
-    driver
-        .and_then(|d| catalog.family_for(d))
-        .or_else(|| catalog.family_for(device))
+    catalog
+        .family_of(source, device, driver)
         .map(str::to_string)
 }
 

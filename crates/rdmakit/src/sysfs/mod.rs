@@ -202,6 +202,15 @@ impl SysfsReader {
         Ok(names)
     }
 
+    /// The kernel driver of `device`'s parent (basename of `<device>/device/driver`, as in
+    /// [`crate::model::Device::driver`]), without reading anything else; `None` when the
+    /// device or the link is absent (rxe has no parent).
+    pub fn device_driver(&self, device: &str) -> Option<String> {
+        let link = self.class_dir().join(device).join("device").join("driver");
+        let target = std::fs::read_link(link).ok()?;
+        Some(target.file_name()?.to_string_lossy().into_owned())
+    }
+
     /// Read every device the filter keeps.
     pub fn snapshot(&self) -> Result<Snapshot, SysfsError> {
         self.snapshot_without_port_hw_counters(|_| false)

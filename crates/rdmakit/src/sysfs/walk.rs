@@ -6,6 +6,7 @@
 //! `read_dir` alone (no stat per entry); a counter that turns out to be a directory or to
 //! fail is reported through the error list with its device, port and path.
 
+use crate::catalog::Catalog;
 use crate::model::{
     Counter, CounterSource, Device, ErrorOrigin, Gid, Port, SourceError, SourceErrorKind,
 };
@@ -318,6 +319,12 @@ impl<'r> Walk<'r> {
         let mut hw_counters = Vec::new();
         self.counters(ctx, CounterSource::DeviceHw, &mut hw_counters);
         self.path.pop();
+        let port_counters = ports.iter_mut().flat_map(|p| p.counters.iter_mut());
+        describe_counters(
+            &name,
+            driver.as_deref(),
+            port_counters.chain(&mut hw_counters),
+        );
 
         Device {
             name,
@@ -602,6 +609,32 @@ impl<'r> Walk<'r> {
             self.path.push(name);
             self.record(ctx, kind, detail);
             self.path.pop();
+        }
+    }
+}
+
+/// Gives the counters of one device the kind and unit the embedded catalog describes for
+/// them (the family from the device's driver or name, `ib_pma` for the PMA files); counters
+/// it does not describe keep the file-name guess of [`Counter::new`].
+fn describe_counters<'c>(
+    device: &str,
+    driver: Option<&str>,
+    counters: impl Iterator<Item = &'c mut Counter>,
+) {
+    // The embedded catalog is checked by its tests; if it ever failed to load, the guess stays.
+    let Ok(catalog) = Catalog::embedded() else {
+        return;
+    };
+    let pma = catalog.family_of(CounterSource::Pma, device, driver);
+    let hw = catalog.family_of(CounterSource::Hw, device, driver);
+    for counter in counters {
+        let family = match counter.source {
+            CounterSource::Pma => pma,
+            CounterSource::Hw | CounterSource::DeviceHw => hw,
+        };
+        let (kind, unit) = catalog.kind_and_unit(family, counter.source, &counter.name);
+        if (kind, unit) != (counter.kind, counter.unit) {
+            counter.set_kind_and_unit(kind, unit);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `rdmactl top`: a live, full-screen view of RDMA devices, like `top`.
 //!
-//! `rdmactl top [--path.sysfs P] [--interval SECS] [--rdmad URL]`. A table of every port
+//! `rdmactl top [--path.sysfs P] [--interval SECS] [--rdmad URL [--rdmad.ca-file F]
+//! [--rdmad.username U --rdmad.password-file F]]`. A table of every port
 //! (state, link rate, link layer, RX/TX bytes and packets per second, error counters per
 //! second highlighted when not zero), the counter catalog's explanation of the selected port
 //! or counter, QPs by state and process (RDMA netlink, live `/sys` only), rdmad's
@@ -26,6 +27,7 @@ use anyhow::Context;
 use ratatui::crossterm::event::{self, Event as TermEvent};
 use rdmakit::catalog::Catalog;
 use rdmakit::doctor::Rules;
+use rdmakit::scrape::{ScrapeConfig, Scraper};
 use rdmakit::sysfs::SysfsReader;
 use sampler::{Sample, SamplerConfig};
 use state::events::{Event, Level};
@@ -58,9 +60,25 @@ pub struct Args {
     /// Seconds between samples.
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_interval)]
     pub interval: Duration,
-    /// rdmad's address (`http://host:port`): show its rdma_probe_* series from /metrics.
+    /// rdmad's address (`http://host:port` or `https://...`; path `/metrics` unless given):
+    /// show its rdma_probe_* series.
     #[arg(long, value_name = "URL")]
     pub rdmad: Option<String>,
+    /// PEM file of the CA that signed rdmad's certificate (its --web.config.file
+    /// tls_server_config), for https:// URLs; default: the Mozilla roots.
+    #[arg(long = "rdmad.ca-file", value_name = "FILE", requires = "rdmad")]
+    pub rdmad_ca_file: Option<PathBuf>,
+    /// Basic auth user for rdmad (one of its basic_auth_users).
+    #[arg(long = "rdmad.username", value_name = "USER", requires = "rdmad")]
+    pub rdmad_username: Option<String>,
+    /// File holding the basic auth password (read on every scrape; surrounding whitespace
+    /// is not part of it).
+    #[arg(
+        long = "rdmad.password-file",
+        value_name = "FILE",
+        requires = "rdmad_username"
+    )]
+    pub rdmad_password_file: Option<PathBuf>,
 }
 
 fn parse_interval(text: &str) -> Result<Duration, String> {
@@ -75,9 +93,16 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 
 /// Runs `rdmactl top`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if let Some(url) = &args.rdmad {
-        sampler::parse_url(url).map_err(|e| anyhow::anyhow!("--rdmad: {e}"))?;
-    }
+    let scraper = match &args.rdmad {
+        Some(url) => {
+            let mut config = ScrapeConfig::new(url.clone());
+            config.ca_file = args.rdmad_ca_file.clone();
+            config.username = args.rdmad_username.clone();
+            config.password_file = args.rdmad_password_file.clone();
+            Some(Scraper::new(&config).map_err(|e| anyhow::anyhow!("--rdmad: {e}"))?)
+        }
+        None => None,
+    };
     let reader = SysfsReader::new(&args.path_sysfs);
     // No device: say so and exit 3 before the screen is touched.
     if reader.device_names()?.is_empty() {
@@ -88,7 +113,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = SamplerConfig {
         reader,
         interval: args.interval,
-        rdmad: args.rdmad.clone(),
+        rdmad: scraper,
     };
     // The first sample is taken before the screen changes, so a broken tree fails cleanly.
     let first = sampler::sample(&config);

@@ -1,12 +1,12 @@
 //! The probes pane's model: the `rdma_probe_*` series of rdmad's `/metrics`, parsed from the
 //! Prometheus text exposition, or why there are none.
 
-/// One sample line: `name{labels} value`.
+/// One `rdma_probe_*` sample.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProbeSeries {
     /// Metric name (`rdma_probe_latency_seconds`).
     pub name: String,
-    /// The label set as printed, without braces (`device="rxe0",quantile="0.5"`).
+    /// The label set in the text format, without braces (`device="rxe0",quantile="0.5"`).
     pub labels: String,
     /// The value.
     pub value: f64,
@@ -28,46 +28,23 @@ pub enum ProbeStatus {
 /// The metric-name prefix of rdmad's probe series.
 pub const PROBE_PREFIX: &str = "rdma_probe_";
 
-/// The `rdma_probe_*` samples of a Prometheus text exposition. Comments, other metrics and
-/// lines that do not parse are skipped; timestamps after the value are ignored.
-pub fn parse_probe_series(text: &str) -> Vec<ProbeSeries> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if !line.starts_with(PROBE_PREFIX) {
-            continue;
-        }
-        let (name, labels, rest) = match line.find('{') {
-            Some(open) => {
-                let Some(close) = line.rfind('}') else {
-                    continue;
-                };
-                if close < open {
-                    continue;
-                }
-                (&line[..open], &line[open + 1..close], &line[close + 1..])
-            }
-            None => match line.split_once(char::is_whitespace) {
-                Some((name, rest)) => (name, "", rest),
-                None => continue,
-            },
-        };
-        let Some(value) = rest.split_whitespace().next() else {
-            continue;
-        };
-        let value = match value {
-            "+Inf" => f64::INFINITY,
-            "-Inf" => f64::NEG_INFINITY,
-            v => match v.parse::<f64>() {
-                Ok(v) => v,
-                Err(_) => continue,
-            },
-        };
-        out.push(ProbeSeries {
-            name: name.to_owned(),
-            labels: labels.to_owned(),
-            value,
-        });
-    }
-    out
+/// The `rdma_probe_*` samples of a Prometheus text exposition (parsed whole by
+/// [`rdmakit::exposition`]: an exposition that does not parse is an error, not a guess).
+pub fn parse_probe_series(text: &str) -> Result<Vec<ProbeSeries>, rdmakit::exposition::ParseError> {
+    let exposition = rdmakit::exposition::parse(text)?;
+    Ok(exposition
+        .samples
+        .into_iter()
+        .filter(|s| s.name.starts_with(PROBE_PREFIX))
+        .map(|s| ProbeSeries {
+            labels: s
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", rdmakit::exposition::escape(v)))
+                .collect::<Vec<_>>()
+                .join(","),
+            name: s.name,
+            value: s.value,
+        })
+        .collect())
 }

@@ -8,7 +8,7 @@
 
 use rdmakit::catalog::{Catalog, Severity};
 use rdmakit::doctor::deltas;
-use rdmakit::model::{classify, CounterSource, Unit};
+use rdmakit::model::{CounterSource, Unit};
 use rdmakit::Snapshot;
 use std::collections::HashMap;
 
@@ -71,7 +71,10 @@ pub fn counter_rates(
     }
     for d in deltas(before, after, catalog) {
         let per_second = d.delta as f64 / seconds;
-        let bytes_per_second = match classify(&d.name, d.source).1 {
+        let unit = catalog
+            .kind_and_unit(d.family.as_deref(), d.source, &d.name)
+            .1;
+        let bytes_per_second = match unit {
             Unit::FourOctetWords => Some(per_second * 4.0),
             Unit::Bytes => Some(per_second),
             Unit::Count | Unit::Milliseconds => None,

@@ -374,17 +374,22 @@ fn probe_series_are_picked_out_of_an_exposition() {
                 rdma_probe_latency_seconds{device=\"rxe0\",quantile=\"0.5\"} 1.8e-05\n\
                 rdma_probe_success{device=\"rxe0\"} 1 1700000000\n\
                 rdma_port_state{device=\"rxe0\"} 4\n\
-                rdma_probe_broken{device=\"rxe0\"} notanumber\n\
+                rdma_probe_odd{device=\"rx}e0\",peer=\"a,b\"} 2\n\
                 rdma_probe_runs_total 12\n";
-    let series = parse_probe_series(text);
-    assert_eq!(series.len(), 3, "{series:?}");
+    let series = parse_probe_series(text).unwrap();
+    assert_eq!(series.len(), 4, "{series:?}");
     assert_eq!(series[0].name, "rdma_probe_latency_seconds");
     assert_eq!(series[0].labels, "device=\"rxe0\",quantile=\"0.5\"");
     assert_eq!(series[0].value, 1.8e-05);
     assert_eq!(series[1].value, 1.0);
-    assert_eq!(series[2].name, "rdma_probe_runs_total");
-    assert_eq!(series[2].labels, "");
-    assert!(parse_probe_series("rdma_devices 2\n").is_empty());
+    // A brace or comma inside a label value is part of it (no `rfind('}')` guessing).
+    assert_eq!(series[2].labels, "device=\"rx}e0\",peer=\"a,b\"");
+    assert_eq!(series[2].value, 2.0);
+    assert_eq!(series[3].name, "rdma_probe_runs_total");
+    assert_eq!(series[3].labels, "");
+    assert!(parse_probe_series("rdma_devices 2\n").unwrap().is_empty());
+    let e = parse_probe_series("rdma_probe_broken{device=\"rxe0\"} notanumber\n").unwrap_err();
+    assert_eq!(e.line, 1);
 }
 
 #[test]
