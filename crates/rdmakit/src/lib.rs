@@ -10,5 +10,6 @@ pub mod doctor;
 pub mod model;
 pub mod nldev;
 pub mod sysfs;
+pub mod uapi;
 
 pub use model::Snapshot;
