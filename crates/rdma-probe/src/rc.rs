@@ -264,7 +264,7 @@ impl Side {
     }
 
     /// Put sequence byte `seq` at the end of the outgoing message.
-    fn stamp_outgoing(&self, seq: u8) -> Result<(), ProbeFailure> {
+    fn stamp_outgoing(&mut self, seq: u8) -> Result<(), ProbeFailure> {
         self.mr
             .write(self.size * 2 - 1, &[seq])
             .map_err(|e| ProbeFailure::setup("MR write", e))
@@ -383,7 +383,7 @@ pub(crate) fn one_completion(
 /// `skip` on, plus one after the last reply: consecutive differences are round trips.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pingpong(
-    side: &Side,
+    side: &mut Side,
     peer: RemoteBuffer,
     op: ProbeOp,
     n: u64,

@@ -37,7 +37,7 @@
 //!     })?;
 //!     qp.to_rts(&RtsParams::default())?;
 //! }
-//! let (src, dst) = (pd.register(64, access)?, pd.register(64, access)?);
+//! let (mut src, dst) = (pd.register(64, access)?, pd.register(64, access)?);
 //! src.write(0, b"hello")?;
 //! a.post_send(1, SendOp::Write { remote: dst.remote(), offset: 0 }, &[Sge { mr: &src, offset: 0, len: 5 }])?;
 //! let wc = cq.poll_until(1, std::time::Duration::from_secs(1))?;

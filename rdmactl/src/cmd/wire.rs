@@ -62,7 +62,7 @@ pub fn run_wire(json: bool, show_keys: bool) -> Result<ExitCode> {
     let cq_b = ctx_b.create_cq(16)?;
     let qp_a = pd_a.create_rc_qp(&cq_a, &cq_a, Default::default())?;
     let qp_b = pd_b.create_rc_qp(&cq_b, &cq_b, Default::default())?;
-    let mr_a = pd_a.register(4096, access)?;
+    let mut mr_a = pd_a.register(4096, access)?;
     let mr_b = pd_b.register(4096, access)?;
     let ep_a = qp_a.endpoint(&gid_a, 0x00a0a0);
     let ep_b = qp_b.endpoint(&gid_b, 0x00b0b0);

@@ -806,7 +806,7 @@ fn verbs_memory_window_bind_write_invalidate() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let (a, ca, b, cb) = pair(&ctx, &pd);
-    let src = pd.register(64, full()).unwrap();
+    let mut src = pd.register(64, full()).unwrap();
     src.write(0, &[7; 64]).unwrap();
     let base = pd
         .register(

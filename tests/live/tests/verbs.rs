@@ -111,7 +111,7 @@ fn one(cq: &CompletionQueue) -> WorkCompletion {
 fn rc_write_lands_in_the_remote_buffer() {
     let _port = shared();
     let ctx = open();
-    let (a, b) = connected_pair(&ctx);
+    let (mut a, b) = connected_pair(&ctx);
     let payload = b"rdma write over rxe0 loopback";
     a.mr.write(0, payload).unwrap();
     a.qp.post_send(
@@ -143,7 +143,7 @@ fn rc_write_lands_in_the_remote_buffer() {
 fn rc_send_with_immediate_is_received() {
     let _port = shared();
     let ctx = open();
-    let (a, b) = connected_pair(&ctx);
+    let (mut a, b) = connected_pair(&ctx);
     b.qp.post_recv(
         77,
         &[Sge {
@@ -182,7 +182,7 @@ fn rc_send_with_immediate_is_received() {
 fn rc_read_fetches_remote_bytes() {
     let _port = shared();
     let ctx = open();
-    let (a, b) = connected_pair(&ctx);
+    let (a, mut b) = connected_pair(&ctx);
     b.mr.write(3000, b"read me back").unwrap();
     a.qp.post_send(
         13,
@@ -297,7 +297,7 @@ fn completion_channel_wakes_up_on_a_completion() {
     let qp_a = pd.create_rc_qp(&cq_a, &cq_a, Default::default()).unwrap();
     let qp_b = pd.create_rc_qp(&cq_b, &cq_b, Default::default()).unwrap();
     connect(&ctx, &qp_a, &qp_b);
-    let mr_a = pd.register(64, access()).unwrap();
+    let mut mr_a = pd.register(64, access()).unwrap();
     let mr_b = pd.register(64, access()).unwrap();
 
     cq_a.req_notify(false).unwrap();
@@ -406,7 +406,7 @@ fn send_without_a_receive_and_no_rnr_retry_fails_with_rnr_retry_exc_err() {
 #[test]
 fn children_keep_their_parents_alive() {
     let _port = shared();
-    let (a, b) = {
+    let (mut a, b) = {
         // The context and PD handles go out of scope here; the QPs, CQs and MRs hold them.
         let ctx = open();
         connected_pair(&ctx)
