@@ -301,7 +301,7 @@ pub fn parse_raw(
     let cookie = u32_at(b, 68);
     let flags = u32_at(b, 120);
     let errno = (ret < 0)
-        .then_some(-ret)
+        .then_some(ret.saturating_neg())
         .or((kind == EventKind::Cma && ret > 0).then_some(ret));
     let is_qp = matches!(
         kind,
