@@ -10,7 +10,7 @@ use crate::observe::{changes, CounterProbe};
 use crate::report::{secret, Errno, Expect, Expectation, Finding, PartReport, Step, StepResult};
 use rdma_verbs::{
     AccessFlags, CompletionQueue, Context, GidEntry, GidType, PortAttr, ProtectionDomain,
-    QueuePair, RtrParams, RtsParams, VerbsError, WcStatus, WorkCompletion,
+    QueuePair, RcLink, RtrParams, RtsParams, VerbsError, WcStatus, WorkCompletion,
 };
 use rdmakit::catalog::Catalog;
 use rdmakit::model::Snapshot;
@@ -668,20 +668,30 @@ pub(crate) fn connect(
     access: AccessFlags,
     rts: &RtsParams,
 ) -> Result<(), VerbsError> {
-    qp.to_init(1, access)?;
-    qp.to_rtr(&rtr_params(dev, peer))?;
-    qp.to_rts(rts)
+    RcLink {
+        max_dest_rd_atomic: MAX_DEST_RD_ATOMIC,
+        min_rnr_timer: MIN_RNR_TIMER,
+        rts: *rts,
+        ..RcLink::new(1, dev.port.active_mtu, access)
+    }
+    .connect(qp, &dev.gid, rts.psn, peer.endpoint(&dev.gid, 0))
 }
 
-/// The RTR parameters towards `peer` on the same device.
+/// Incoming READs in flight the experiments' QPs accept.
+const MAX_DEST_RD_ATOMIC: u8 = 4;
+/// The experiments' RNR timer code (1 = 0.01 ms: RNR retries come quickly).
+const MIN_RNR_TIMER: u8 = 1;
+
+/// The RTR parameters towards `peer` on the same device (for the experiments that walk the
+/// transitions one by one; [`connect`] takes the same values).
 pub(crate) fn rtr_params(dev: &Device, peer: &QueuePair) -> RtrParams {
     RtrParams {
         remote: peer.endpoint(&dev.gid, 0),
         port: 1,
         sgid_index: dev.gid.index as u8,
         path_mtu: dev.port.active_mtu,
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 1,
+        max_dest_rd_atomic: MAX_DEST_RD_ATOMIC,
+        min_rnr_timer: MIN_RNR_TIMER,
     }
 }
 

@@ -75,25 +75,10 @@ impl Errno {
     }
 }
 
-/// The symbol of the errnos verbs calls return; `E?` for others.
+/// The errno's symbol (`EINVAL`, from rdmakit's one table); `E?` for a number the platform
+/// does not define.
 pub fn errno_name(code: i32) -> &'static str {
-    match code {
-        1 => "EPERM",
-        2 => "ENOENT",
-        5 => "EIO",
-        11 => "EAGAIN",
-        12 => "ENOMEM",
-        13 => "EACCES",
-        14 => "EFAULT",
-        16 => "EBUSY",
-        19 => "ENODEV",
-        22 => "EINVAL",
-        28 => "ENOSPC",
-        38 => "ENOSYS",
-        95 => "EOPNOTSUPP",
-        110 => "ETIMEDOUT",
-        _ => "E?",
-    }
+    rdmakit::uapi::errno_name(code).unwrap_or("E?")
 }
 
 /// One numbered step.

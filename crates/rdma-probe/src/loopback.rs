@@ -93,7 +93,7 @@ impl LoopbackPair {
         }
         let n = p.warmup + p.iterations;
         let mut stamps = Vec::with_capacity(p.iterations as usize + 1);
-        let (a, b, seq) = (&self.a, &self.b, self.seq);
+        let (a, b, seq) = (&mut self.a, &mut self.b, self.seq);
         let (ra, rb) = (a.remote(), b.remote());
         let (client, server) = std::thread::scope(|s| {
             let server = std::thread::Builder::new()

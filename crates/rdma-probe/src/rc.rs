@@ -10,7 +10,7 @@ use crate::clock::Clock;
 use crate::failure::{FailureKind, ProbeFailure};
 use rdma_verbs::{
     AccessFlags, CompletionQueue, Context, GidEntry, MemoryRegion, Mtu, ProtectionDomain, QpCaps,
-    QpEndpoint, QueuePair, RemoteBuffer, RtrParams, RtsParams, SendOp, Sge, WcStatus,
+    QpEndpoint, QueuePair, RcLink, RemoteBuffer, RtsParams, SendOp, Sge, WcStatus,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -206,33 +206,25 @@ impl Side {
         r
     }
 
-    /// RESET -> INIT -> RTR -> RTS towards `remote`, then post the receives.
+    /// RESET -> INIT -> RTR -> RTS towards `remote`, then post the receives (before the
+    /// peer learns it may send: the loopback connects both sides first, the peer server
+    /// answers the handshake after this returns).
     pub fn connect(
         &self,
         port: &PortInfo,
         remote: QpEndpoint,
         rts: RtsParams,
     ) -> Result<(), ProbeFailure> {
-        let qp = &self.qp;
-        qp.to_init(port.port, probe_access())
-            .map_err(|e| ProbeFailure::setup("to_init", e))?;
+        RcLink {
+            rts,
+            ..RcLink::new(port.port, port.mtu, probe_access())
+        }
+        .connect(&self.qp, &port.gid, self.psn, remote)
+        .map_err(|e| ProbeFailure::setup("connect", e))?;
         for i in 0..RECV_DEPTH {
             self.post_recv(u64::from(i))?;
         }
-        qp.to_rtr(&RtrParams {
-            remote,
-            port: port.port,
-            sgid_index: u8::try_from(port.gid.index).unwrap_or(0),
-            path_mtu: port.mtu,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-        })
-        .map_err(|e| ProbeFailure::setup("to_rtr", e))?;
-        qp.to_rts(&RtsParams {
-            psn: self.psn,
-            ..rts
-        })
-        .map_err(|e| ProbeFailure::setup("to_rts", e))
+        Ok(())
     }
 
     fn post_recv(&self, wr_id: u64) -> Result<(), ProbeFailure> {
@@ -264,7 +256,7 @@ impl Side {
     }
 
     /// Put sequence byte `seq` at the end of the outgoing message.
-    fn stamp_outgoing(&self, seq: u8) -> Result<(), ProbeFailure> {
+    fn stamp_outgoing(&mut self, seq: u8) -> Result<(), ProbeFailure> {
         self.mr
             .write(self.size * 2 - 1, &[seq])
             .map_err(|e| ProbeFailure::setup("MR write", e))
@@ -383,7 +375,7 @@ pub(crate) fn one_completion(
 /// `skip` on, plus one after the last reply: consecutive differences are round trips.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pingpong(
-    side: &Side,
+    side: &mut Side,
     peer: RemoteBuffer,
     op: ProbeOp,
     n: u64,

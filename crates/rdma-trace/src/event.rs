@@ -82,18 +82,9 @@ impl EventKind {
     }
 }
 
-/// `enum ib_qp_state` names, as `ibv_qp_state` prints them.
+/// `enum ib_qp_state` names, as `ibv_qp_state` prints them (`?` for an unknown code).
 pub fn qp_state_name(state: u32) -> &'static str {
-    match state {
-        0 => "RESET",
-        1 => "INIT",
-        2 => "RTR",
-        3 => "RTS",
-        4 => "SQD",
-        5 => "SQE",
-        6 => "ERR",
-        _ => "?",
-    }
+    rdmakit::uapi::qp_state_name(state).unwrap_or("?")
 }
 
 /// `enum ib_qp_type` names.
@@ -188,25 +179,9 @@ pub fn ib_cm_event_name(e: u32) -> &'static str {
     }
 }
 
-/// Symbolic errno names for the values verbs calls return.
+/// The errno's symbol (`EINVAL`), `errno` for a number the platform does not define.
 pub fn errno_name(errno: i32) -> &'static str {
-    match errno {
-        1 => "EPERM",
-        2 => "ENOENT",
-        5 => "EIO",
-        11 => "EAGAIN",
-        12 => "ENOMEM",
-        13 => "EACCES",
-        14 => "EFAULT",
-        16 => "EBUSY",
-        19 => "ENODEV",
-        22 => "EINVAL",
-        28 => "ENOSPC",
-        61 => "ENODATA",
-        95 => "EOPNOTSUPP",
-        110 => "ETIMEDOUT",
-        _ => "errno",
-    }
+    rdmakit::uapi::errno_name(errno).unwrap_or("errno")
 }
 
 /// One event from the control path.
@@ -326,7 +301,7 @@ pub fn parse_raw(
     let cookie = u32_at(b, 68);
     let flags = u32_at(b, 120);
     let errno = (ret < 0)
-        .then_some(-ret)
+        .then_some(ret.saturating_neg())
         .or((kind == EventKind::Cma && ret > 0).then_some(ret));
     let is_qp = matches!(
         kind,

@@ -12,13 +12,15 @@
 //!
 //! Modules: [`event`] (records and their text/JSON), [`resolve`] (BTF / kallsyms),
 //! [`probes`] (the probe table and planning), [`tracer`] (load, attach, stream),
-//! [`collector`] (aggregated counts and histograms for rdmad), [`wire`], [`capture`].
+//! [`collector`] (aggregated counts and histograms for rdmad), [`wire`], [`capture`],
+//! [`fuzz`] (the fuzz targets' bodies).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod capture;
 pub mod collector;
 pub mod event;
+pub mod fuzz;
 pub mod probes;
 pub mod resolve;
 pub mod tracer;

@@ -364,6 +364,9 @@ pub fn frames_from_hex(text: &str) -> Result<Vec<Vec<u8>>, String> {
             continue;
         }
         let hex: String = line.chars().filter(|c| !c.is_whitespace()).collect();
+        if !hex.is_ascii() {
+            return Err(format!("line {}: not a hex digit", n + 1));
+        }
         if hex.len() % 2 != 0 {
             return Err(format!("line {}: odd number of hex digits", n + 1));
         }

@@ -8,12 +8,17 @@ use rdma_mummy_sys::{
     ibv_wc_opcode, ibv_wc_status,
 };
 
+// The state names are declared once, in rdmakit (shared with the nldev parsers and the tracer).
+use rdmakit::uapi::{
+    PHYS_STATE_NAMES as PHYS, PORT_STATE_VERBS_NAMES as PORT, QP_STATE_NAMES as QP,
+};
+
 /// Defines a code enum: known variants, `Unknown(raw)`, conversions, `Display`, `Serialize`.
 macro_rules! code_enum {
     (
         $(#[$meta:meta])*
         $name:ident : $raw:ty {
-            $( $(#[$vmeta:meta])* $var:ident = $val:expr => $text:literal ),* $(,)?
+            $( $(#[$vmeta:meta])* $var:ident = $val:expr => $text:expr ),* $(,)?
         }
     ) => {
         $(#[$meta])*
@@ -109,17 +114,17 @@ code_enum! {
     /// Logical port state (`ibv_port_state`).
     PortState: u32 {
         /// No state change.
-        Nop = ibv_port_state::IBV_PORT_NOP => "PORT_NOP",
+        Nop = ibv_port_state::IBV_PORT_NOP => PORT[0],
         /// Link down.
-        Down = ibv_port_state::IBV_PORT_DOWN => "PORT_DOWN",
+        Down = ibv_port_state::IBV_PORT_DOWN => PORT[1],
         /// Link up, not yet configured by the subnet manager.
-        Init = ibv_port_state::IBV_PORT_INIT => "PORT_INIT",
+        Init = ibv_port_state::IBV_PORT_INIT => PORT[2],
         /// Configured, only SMPs may flow.
-        Armed = ibv_port_state::IBV_PORT_ARMED => "PORT_ARMED",
+        Armed = ibv_port_state::IBV_PORT_ARMED => PORT[3],
         /// Ready for traffic.
-        Active = ibv_port_state::IBV_PORT_ACTIVE => "PORT_ACTIVE",
+        Active = ibv_port_state::IBV_PORT_ACTIVE => PORT[4],
         /// Active, deferring.
-        ActiveDefer = ibv_port_state::IBV_PORT_ACTIVE_DEFER => "PORT_ACTIVE_DEFER",
+        ActiveDefer = ibv_port_state::IBV_PORT_ACTIVE_DEFER => PORT[5],
     }
 }
 
@@ -127,19 +132,19 @@ code_enum! {
     /// Physical port state (`phys_state`, IBTA PortPhysicalState).
     PhysState: u8 {
         /// Sleep.
-        Sleep = 1 => "SLEEP",
+        Sleep = 1 => PHYS[0],
         /// Polling for a peer.
-        Polling = 2 => "POLLING",
+        Polling = 2 => PHYS[1],
         /// Disabled.
-        Disabled = 3 => "DISABLED",
+        Disabled = 3 => PHYS[2],
         /// Link training.
-        PortConfigurationTraining = 4 => "PORT_CONFIGURATION_TRAINING",
+        PortConfigurationTraining = 4 => PHYS[3],
         /// Link up.
-        LinkUp = 5 => "LINK_UP",
+        LinkUp = 5 => PHYS[4],
         /// Link error recovery.
-        LinkErrorRecovery = 6 => "LINK_ERROR_RECOVERY",
+        LinkErrorRecovery = 6 => PHYS[5],
         /// PHY test.
-        PhyTest = 7 => "PHY_TEST",
+        PhyTest = 7 => PHYS[6],
     }
 }
 
@@ -209,19 +214,19 @@ code_enum! {
     /// Queue pair state (`ibv_qp_state`).
     QpState: u32 {
         /// Just created, or reset.
-        Reset = ibv_qp_state::IBV_QPS_RESET => "RESET",
+        Reset = ibv_qp_state::IBV_QPS_RESET => QP[0],
         /// Initialised: port, pkey and access flags set; receives may be posted.
-        Init = ibv_qp_state::IBV_QPS_INIT => "INIT",
+        Init = ibv_qp_state::IBV_QPS_INIT => QP[1],
         /// Ready to receive.
-        Rtr = ibv_qp_state::IBV_QPS_RTR => "RTR",
+        Rtr = ibv_qp_state::IBV_QPS_RTR => QP[2],
         /// Ready to send.
-        Rts = ibv_qp_state::IBV_QPS_RTS => "RTS",
+        Rts = ibv_qp_state::IBV_QPS_RTS => QP[3],
         /// Send queue drained.
-        Sqd = ibv_qp_state::IBV_QPS_SQD => "SQD",
+        Sqd = ibv_qp_state::IBV_QPS_SQD => QP[4],
         /// Send queue error.
-        Sqe = ibv_qp_state::IBV_QPS_SQE => "SQE",
+        Sqe = ibv_qp_state::IBV_QPS_SQE => QP[5],
         /// Error: all outstanding work requests are flushed.
-        Err = ibv_qp_state::IBV_QPS_ERR => "ERR",
+        Err = ibv_qp_state::IBV_QPS_ERR => QP[6],
     }
 }
 
@@ -407,6 +412,28 @@ mod tests {
             WcStatus::from_raw(13).ibv_name(),
             "IBV_WC_RNR_RETRY_EXC_ERR"
         );
+    }
+
+    #[test]
+    fn state_names_are_rdmakits_for_the_same_codes() {
+        use rdmakit::uapi;
+        assert_eq!(QpState::ALL.len(), uapi::QP_STATE_NAMES.len());
+        for s in QpState::ALL {
+            assert_eq!(Some(s.name()), uapi::qp_state_name(s.raw()), "{s:?}");
+        }
+        assert_eq!(QpState::Rts.to_string(), "RTS");
+        for s in PortState::ALL {
+            let ibta = uapi::port_state_name(s.raw()).expect("known code");
+            assert_eq!(s.name(), format!("PORT_{ibta}"), "{s:?}");
+        }
+        assert_eq!(PortState::Active.to_string(), "PORT_ACTIVE");
+        for s in PhysState::ALL {
+            assert_eq!(
+                Some(s.name()),
+                uapi::phys_state_name(s.raw().into()),
+                "{s:?}"
+            );
+        }
     }
 
     #[test]

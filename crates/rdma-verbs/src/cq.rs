@@ -8,12 +8,16 @@
 use crate::codes::{WcOpcode, WcStatus};
 use crate::device::Context;
 use crate::error::{errno_of, VerbsError};
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use rdma_mummy_sys::{
     ibv_ack_cq_events, ibv_comp_channel, ibv_cq, ibv_create_comp_channel, ibv_create_cq,
     ibv_destroy_comp_channel, ibv_destroy_cq, ibv_get_cq_event, ibv_poll_cq, ibv_req_notify_cq,
     ibv_wc, ibv_wc_flags,
 };
 use std::mem::MaybeUninit;
+use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,8 +121,9 @@ impl Context {
             let ch = unsafe { ibv_create_comp_channel(self.raw()) };
             let ch = NonNull::new(ch)
                 .ok_or_else(|| VerbsError::call("ibv_create_comp_channel", self.name(), -1))?;
-            // SAFETY: `ch` is a live channel; its fd is owned by libibverbs.
-            let fd = unsafe { ch.as_ref().fd };
+            // SAFETY: `ch` is a live channel; its fd, owned by libibverbs, stays open until
+            // ibv_destroy_comp_channel, which happens after this borrow ends.
+            let fd = unsafe { BorrowedFd::borrow_raw(ch.as_ref().fd) };
             set_nonblocking(fd);
             Some(ch)
         } else {
@@ -150,37 +155,26 @@ impl Context {
     }
 }
 
-fn set_nonblocking(fd: i32) {
-    // SAFETY: fcntl on an fd we hold; failure only leaves it blocking (wait() polls first).
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags >= 0 {
-            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+/// Make `fd` non-blocking, so a spurious wake-up makes the verbs call after the poll return
+/// EAGAIN instead of blocking (rdma-core supports non-blocking channel and async fds).
+/// Failure only leaves it blocking: the waits poll first.
+pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) {
+    if let Ok(bits) = fcntl(fd, FcntlArg::F_GETFL) {
+        let flags = OFlag::from_bits_retain(bits);
+        if !flags.contains(OFlag::O_NONBLOCK) {
+            let _ = fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK));
         }
     }
 }
 
-/// Wait up to `timeout` for `fd` to become readable.
-pub(crate) fn wait_readable(fd: i32, timeout: Duration) -> Result<bool, std::io::Error> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-    // SAFETY: one valid pollfd.
-    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-    match n {
-        n if n < 0 => {
-            let err = std::io::Error::last_os_error();
-            if err.kind() == std::io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(err)
-            }
-        }
-        0 => Ok(false),
-        _ => Ok(true),
+/// Wait up to `timeout` for `fd` to become readable; `Ok(false)` on timeout or a signal.
+pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> Result<bool, std::io::Error> {
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+    match poll(&mut fds, timeout) {
+        Ok(0) | Err(Errno::EINTR) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(errno) => Err(errno.into()),
     }
 }
 
@@ -293,8 +287,9 @@ impl CompletionQueue {
                 "wait on a CQ without a completion channel".into(),
             ));
         };
-        // SAFETY: the channel is live while self lives.
-        let fd = unsafe { channel.as_ref().fd };
+        // SAFETY: the channel is live while self lives, and its fd (owned by libibverbs) stays
+        // open until Drop destroys the channel; the borrow ends with this call.
+        let fd = unsafe { BorrowedFd::borrow_raw(channel.as_ref().fd) };
         let ready = wait_readable(fd, timeout).map_err(|source| VerbsError::Call {
             op: "poll(completion channel)",
             object: self.ctx.name().to_string(),
@@ -396,18 +391,15 @@ mod tests {
     }
 
     #[test]
-    fn waiting_on_a_pipe_times_out_then_sees_data() {
-        let mut fds = [0i32; 2];
-        // SAFETY: a valid array for pipe(2).
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        assert!(!wait_readable(fds[0], Duration::from_millis(10)).unwrap());
-        // SAFETY: writing one byte to our own pipe.
-        assert_eq!(unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) }, 1);
-        assert!(wait_readable(fds[0], Duration::from_millis(10)).unwrap());
-        // SAFETY: closing our own fds.
-        unsafe {
-            libc::close(fds[0]);
-            libc::close(fds[1]);
-        }
+    fn waiting_on_a_socket_times_out_then_sees_data() {
+        use std::io::Write;
+        use std::os::fd::AsFd;
+        let (reader, mut writer) = std::os::unix::net::UnixStream::pair().unwrap();
+        set_nonblocking(reader.as_fd());
+        let flags = OFlag::from_bits_retain(fcntl(reader.as_fd(), FcntlArg::F_GETFL).unwrap());
+        assert!(flags.contains(OFlag::O_NONBLOCK));
+        assert!(!wait_readable(reader.as_fd(), Duration::from_millis(10)).unwrap());
+        writer.write_all(b"x").unwrap();
+        assert!(wait_readable(reader.as_fd(), Duration::from_millis(10)).unwrap());
     }
 }

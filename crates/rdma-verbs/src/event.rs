@@ -5,10 +5,11 @@
 //! undefined behaviour for a code newer than the binding; the event is therefore read into a
 //! layout-compatible struct whose type field is a plain `u32`.
 use crate::codes::AsyncEventType;
-use crate::cq::wait_readable;
+use crate::cq::{set_nonblocking, wait_readable};
 use crate::device::Context;
 use crate::error::VerbsError;
 use rdma_mummy_sys::{ibv_ack_async_event, ibv_async_event, ibv_get_async_event, ibv_qp};
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 /// What an event is about.
@@ -105,16 +106,10 @@ impl Context {
     /// Wait up to `timeout` for the next asynchronous event; `Ok(None)` on timeout.
     /// The event is acknowledged before returning.
     pub fn next_async_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>, VerbsError> {
-        // SAFETY: the context is open; async_fd is a plain integer field.
-        let fd = unsafe { (*self.raw()).async_fd };
-        // SAFETY: fcntl on the context's own fd; O_NONBLOCK makes a spurious wake-up return
-        // EAGAIN instead of blocking (rdma-core supports non-blocking async fds).
-        unsafe {
-            let flags = libc::fcntl(fd, libc::F_GETFL);
-            if flags >= 0 && flags & libc::O_NONBLOCK == 0 {
-                libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
-            }
-        }
+        // SAFETY: the context is open; its async fd (owned by libibverbs) stays open until the
+        // context is closed, which cannot happen while `self` is borrowed.
+        let fd = unsafe { BorrowedFd::borrow_raw((*self.raw()).async_fd) };
+        set_nonblocking(fd);
         let ready = wait_readable(fd, timeout).map_err(|source| VerbsError::Call {
             op: "poll(async fd)",
             object: self.name().to_string(),

@@ -13,7 +13,7 @@
 //! variants or [`VerbsError::InvalidValue`], never a panic.
 //!
 //! ```no_run
-//! use rdma_verbs::{AccessFlags, GidType, RtrParams, RtsParams, SendOp, Sge, WcStatus};
+//! use rdma_verbs::{AccessFlags, GidType, RcLink, SendOp, Sge, WcStatus};
 //! # fn main() -> Result<(), rdma_verbs::VerbsError> {
 //! let ctx = rdma_verbs::open("rxe0")?;
 //! let port = ctx.query_port(1)?;
@@ -25,19 +25,9 @@
 //!     pd.create_rc_qp(&cq, &cq, Default::default())?,
 //!     pd.create_rc_qp(&cq, &cq, Default::default())?,
 //! );
-//! for (qp, peer) in [(&a, &b), (&b, &a)] {
-//!     qp.to_init(1, access)?;
-//!     qp.to_rtr(&RtrParams {
-//!         remote: peer.endpoint(&gid, 0),
-//!         port: 1,
-//!         sgid_index: gid.index as u8,
-//!         path_mtu: port.active_mtu,
-//!         max_dest_rd_atomic: 1,
-//!         min_rnr_timer: 12,
-//!     })?;
-//!     qp.to_rts(&RtsParams::default())?;
-//! }
-//! let (src, dst) = (pd.register(64, access)?, pd.register(64, access)?);
+//! // Each QP RESET -> INIT -> RTR -> RTS towards the other.
+//! RcLink::new(1, port.active_mtu, access).connect_pair((&a, &gid, 0), (&b, &gid, 0))?;
+//! let (mut src, dst) = (pd.register(64, access)?, pd.register(64, access)?);
 //! src.write(0, b"hello")?;
 //! a.post_send(1, SendOp::Write { remote: dst.remote(), offset: 0 }, &[Sge { mr: &src, offset: 0, len: 5 }])?;
 //! let wc = cq.poll_until(1, std::time::Duration::from_secs(1))?;
@@ -77,5 +67,5 @@ pub use mr::{AccessFlags, MemoryRegion, RemoteBuffer};
 pub use mw::MemoryWindow;
 pub use pd::ProtectionDomain;
 pub use port::{speed_name, width_name, PortAttr};
-pub use qp::{QpCaps, QpEndpoint, QueuePair, RtrAttr, RtrParams, RtsParams, SendOp, Sge};
+pub use qp::{QpCaps, QpEndpoint, QueuePair, RcLink, RtrAttr, RtrParams, RtsParams, SendOp, Sge};
 pub use stack::stack_available;

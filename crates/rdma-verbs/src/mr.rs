@@ -1,8 +1,30 @@
 //! Memory regions: a zeroed, page-aligned buffer owned by the MR and registered with the
 //! device, with typed access flags.
 //!
-//! The buffer is only touched through copies ([`MemoryRegion::read`], [`MemoryRegion::write`]),
-//! never through Rust references, because the device writes into it behind the compiler's back.
+//! # Who touches the buffer, and what the CPU sees
+//!
+//! Two kinds of agent access an MR's buffer: threads of this program, through the methods of
+//! [`MemoryRegion`] only (the buffer is never lent out as a Rust reference or slice), and the
+//! device, for local work requests (the source of a SEND or WRITE, the destination of a RECV
+//! or READ) and for peers' RDMA WRITE, READ and atomics where the access flags allow them.
+//!
+//! - **Thread against thread**: [`MemoryRegion::write`] takes `&mut self`, every read takes
+//!   `&self`. The borrow checker therefore rules out a write racing with any other access
+//!   from another thread, and `MemoryRegion` is `Sync` only for concurrent reads.
+//! - **CPU against device**: the device's accesses are outside the program. Every CPU access
+//!   here is a volatile byte copy, the defined way to touch memory that something outside the
+//!   program may change at any moment: a byte read while the device writes it is the old or
+//!   the new value (any bit pattern is a valid `u8`), never undefined behaviour, and the
+//!   compiler neither caches nor elides it.
+//! - **When the bytes mean something**: what the device wrote for a local work request is in
+//!   the buffer once its completion has been polled (the provider orders the DMA before the
+//!   completion it returns); a peer's RDMA WRITE is complete once the peer says so (a later
+//!   SEND on the same QP, or a marker byte polled with [`MemoryRegion::load_u8_volatile`],
+//!   which also fences the reads after it). The device reads a SEND/WRITE source at any time
+//!   between `post_send` and its completion: write the bytes before posting and not again
+//!   until the completion, or the peer gets a mix. Between completions the buffer as the CPU
+//!   sees it is unspecified bytes, not a contract.
+//!
 //! Keys and addresses are secrets: `Debug` never shows them and nothing here logs them.
 use crate::error::VerbsError;
 use crate::pd::ProtectionDomain;
@@ -141,16 +163,29 @@ impl Buffer {
 }
 
 impl Buffer {
+    /// One byte read with a volatile load and no fence. The caller checked `offset < len`.
+    fn load_volatile_relaxed(&self, offset: usize) -> u8 {
+        assert!(offset < self.layout.size());
+        // SAFETY: `offset` is inside the live allocation (asserted); a u8 has no alignment
+        // requirement; volatile because the device may change the byte at any time.
+        unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(offset)) }
+    }
+
     /// One byte read with a volatile load, so a polling loop re-reads memory the device
     /// writes behind the compiler's back. The caller checked `offset < len`.
     fn load_volatile(&self, offset: usize) -> u8 {
-        debug_assert!(offset < self.layout.size());
-        // SAFETY: `offset` is inside the live allocation (checked by the caller); a u8 has no
-        // alignment requirement; volatile keeps the compiler from caching the value.
-        let v = unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(offset)) };
+        let v = self.load_volatile_relaxed(offset);
         // Later reads of the buffer (the message body) must not be reordered before this one.
         std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         v
+    }
+
+    /// One byte written with a volatile store. Needs `&mut self`: the only CPU writer.
+    fn store_volatile(&mut self, offset: usize, value: u8) {
+        assert!(offset < self.layout.size());
+        // SAFETY: `offset` is inside the live allocation (asserted); `&mut self` excludes any
+        // other CPU access; volatile because the device may read the byte at any time.
+        unsafe { std::ptr::write_volatile(self.ptr.as_ptr().add(offset), value) }
     }
 }
 
@@ -171,10 +206,12 @@ pub struct MemoryRegion {
     pd: Arc<ProtectionDomain>,
 }
 
-// SAFETY: the buffer is only accessed through raw copies (never references), the device handle
-// is thread-safe in libibverbs, and nothing is tied to the creating thread.
+// SAFETY: the buffer is only accessed through volatile copies (never references), the device
+// handle is thread-safe in libibverbs, and nothing is tied to the creating thread.
 unsafe impl Send for MemoryRegion {}
-// SAFETY: as above; concurrent copies race only like DMA does, on plain bytes.
+// SAFETY: through `&MemoryRegion` the buffer can only be read (writes need `&mut self`), so
+// threads sharing it never race with each other; the device's own accesses are the external
+// modification the volatile copies are made for (see the module documentation).
 unsafe impl Sync for MemoryRegion {}
 
 impl std::fmt::Debug for MemoryRegion {
@@ -297,32 +334,88 @@ impl MemoryRegion {
         }
     }
 
-    /// Copy `data` into the buffer at `offset`.
-    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), VerbsError> {
+    /// Copy `data` into the buffer at `offset` (volatile byte stores).
+    ///
+    /// Takes `&mut self`: no other thread can read or write the buffer meanwhile, so safe code
+    /// cannot race on it. The device may still read it (an outstanding SEND or WRITE, a peer's
+    /// READ): write a work request's source before posting it (see the module documentation).
+    ///
+    /// The contract, as doctests (stable rustdoc does not check a `compile_fail` test's error
+    /// code, so each refused snippet has a twin that compiles and differs only in the point
+    /// being made). Writing through `&mut` compiles:
+    ///
+    /// ```no_run
+    /// fn stamp(mr: &mut rdma_verbs::MemoryRegion) {
+    ///     mr.write(0, b"x").unwrap();
+    /// }
+    /// ```
+    ///
+    /// through a shared reference it does not (E0596):
+    ///
+    /// ```compile_fail,E0596
+    /// fn stamp(mr: &rdma_verbs::MemoryRegion) {
+    ///     mr.write(0, b"x").unwrap();
+    /// }
+    /// ```
+    ///
+    /// One thread writing while the others wait compiles:
+    ///
+    /// ```no_run
+    /// fn writer(mr: &mut rdma_verbs::MemoryRegion) {
+    ///     std::thread::scope(|s| {
+    ///         s.spawn(|| mr.write(0, b"a"));
+    ///     });
+    /// }
+    /// ```
+    ///
+    /// two threads writing at once do not (E0499):
+    ///
+    /// ```compile_fail,E0499
+    /// fn race(mr: &mut rdma_verbs::MemoryRegion) {
+    ///     std::thread::scope(|s| {
+    ///         s.spawn(|| mr.write(0, b"a"));
+    ///         s.spawn(|| mr.write(0, b"b"));
+    ///     });
+    /// }
+    /// ```
+    ///
+    /// nor does a write while another thread reads (E0502):
+    ///
+    /// ```compile_fail,E0502
+    /// fn race(mr: &mut rdma_verbs::MemoryRegion) {
+    ///     std::thread::scope(|s| {
+    ///         s.spawn(|| mr.to_vec(0, 1));
+    ///         s.spawn(|| mr.write(0, b"b"));
+    ///     });
+    /// }
+    /// ```
+    ///
+    /// while reading from several threads at once does compile (`MemoryRegion` is `Sync`):
+    ///
+    /// ```no_run
+    /// fn readers(mr: &rdma_verbs::MemoryRegion) {
+    ///     std::thread::scope(|s| {
+    ///         s.spawn(|| mr.to_vec(0, 1));
+    ///         s.spawn(|| mr.load_u8_volatile(0));
+    ///     });
+    /// }
+    /// ```
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), VerbsError> {
         self.check(offset, data.len())?;
-        // SAFETY: the range is inside the live buffer (checked) and `data` cannot overlap it
-        // (the buffer is never lent out as a Rust slice).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.buf.ptr.as_ptr().add(offset),
-                data.len(),
-            )
-        };
+        for (i, b) in data.iter().enumerate() {
+            self.buf.store_volatile(offset + i, *b);
+        }
         Ok(())
     }
 
-    /// Copy `out.len()` bytes from the buffer at `offset` into `out`.
+    /// Copy `out.len()` bytes from the buffer at `offset` into `out` (volatile byte loads,
+    /// then an acquire fence). Bytes the device is writing meanwhile read as old or new.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), VerbsError> {
         self.check(offset, out.len())?;
-        // SAFETY: as in `write`, with source and destination swapped.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.buf.ptr.as_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        };
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = self.buf.load_volatile_relaxed(offset + i);
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         Ok(())
     }
 

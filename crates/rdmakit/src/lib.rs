@@ -14,5 +14,6 @@ pub mod owner;
 #[cfg(feature = "scrape")]
 pub mod scrape;
 pub mod sysfs;
+pub mod uapi;
 
 pub use model::Snapshot;

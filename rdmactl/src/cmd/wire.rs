@@ -12,7 +12,7 @@
 use anyhow::{bail, Context as _, Result};
 use rdma_trace::capture::Capture;
 use rdma_trace::wire::{self, RocePacket, MASKED};
-use rdma_verbs::{AccessFlags, GidType, RtrParams, RtsParams, SendOp, Sge, WcStatus};
+use rdma_verbs::{AccessFlags, GidType, RcLink, SendOp, Sge, WcStatus};
 use serde_json::json;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +27,9 @@ const DEVICE_B: &str = "rxe_b";
 const PAYLOAD: &[u8] = b"what does the wire say about this write?";
 /// Offset of the WRITE into the responder's MR.
 const TARGET_OFFSET: u64 = 256;
+/// First PSNs of the requester and the responder (24 bits; easy to spot in a capture).
+const PSN_A: u32 = 0x00a0a0;
+const PSN_B: u32 = 0x00b0b0;
 
 /// One captured, decoded frame.
 struct Seen {
@@ -62,27 +65,11 @@ pub fn run_wire(json: bool, show_keys: bool) -> Result<ExitCode> {
     let cq_b = ctx_b.create_cq(16)?;
     let qp_a = pd_a.create_rc_qp(&cq_a, &cq_a, Default::default())?;
     let qp_b = pd_b.create_rc_qp(&cq_b, &cq_b, Default::default())?;
-    let mr_a = pd_a.register(4096, access)?;
+    let mut mr_a = pd_a.register(4096, access)?;
     let mr_b = pd_b.register(4096, access)?;
-    let ep_a = qp_a.endpoint(&gid_a, 0x00a0a0);
-    let ep_b = qp_b.endpoint(&gid_b, 0x00b0b0);
     // Both ends are veth devices with the same MTU.
     let mtu = ctx_a.query_port(1)?.active_mtu;
-    for (qp, gid, me, peer) in [(&qp_a, &gid_a, ep_a, ep_b), (&qp_b, &gid_b, ep_b, ep_a)] {
-        qp.to_init(1, access)?;
-        qp.to_rtr(&RtrParams {
-            remote: peer,
-            port: 1,
-            sgid_index: gid.index as u8,
-            path_mtu: mtu,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-        })?;
-        qp.to_rts(&RtsParams {
-            psn: me.psn,
-            ..Default::default()
-        })?;
-    }
+    RcLink::new(1, mtu, access).connect_pair((&qp_a, &gid_a, PSN_A), (&qp_b, &gid_b, PSN_B))?;
 
     // Capture in the background while the WRITE runs.
     let mut cap = Capture::open(&netdev, Duration::from_millis(50))?;
@@ -150,7 +137,7 @@ pub fn run_wire(json: bool, show_keys: bool) -> Result<ExitCode> {
             "responder": { "device": DEVICE_B, "gid": gid_b.gid.to_string(), "qp_num": qp_b.qp_num(), "netdev": netdev },
             "write": {
                 "len": PAYLOAD.len(),
-                "first_psn": ep_a.psn,
+                "first_psn": PSN_A,
                 "va": secret(json!(format!("{used_va:#x}"))),
                 "rkey": secret(json!(remote.rkey)),
                 "completed": true,

@@ -252,17 +252,11 @@ pub const MAX_OPEN_FILES: usize = 65_536;
 /// most [`MAX_OPEN_FILES`], leaving the rest to sockets and everything else; past the budget,
 /// files are opened and closed on every scrape as without it.
 pub fn sysfs_open_files() -> Arc<OpenFiles> {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let limit = getrlimit(Resource::Nofile);
-    let mut soft = limit.current.unwrap_or(u64::MAX);
-    if limit.current < limit.maximum || limit.maximum.is_none() {
-        let raised = Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        };
-        if setrlimit(Resource::Nofile, raised).is_ok() {
-            soft = limit.maximum.unwrap_or(u64::MAX);
-        }
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    // RLIM_INFINITY is the largest value, so "unlimited" compares as the highest limit.
+    let (mut soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap_or((1024, 1024));
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        soft = hard;
     }
     let budget = usize::try_from(soft / 2)
         .unwrap_or(usize::MAX)

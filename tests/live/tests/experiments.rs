@@ -11,8 +11,8 @@
 //! [`LAB`] for its whole run.
 use live_tests::{rdmactl_bin, LAB_DEVICE};
 use rdma_verbs::{
-    AccessFlags, AsyncEventType, CompletionQueue, Context, GidType, QpState, QueuePair,
-    RemoteBuffer, RtrAttr, RtrParams, RtsParams, SendOp, Sge, VerbsError, WcStatus,
+    AccessFlags, AsyncEventType, CompletionQueue, Context, GidType, QpState, QueuePair, RcLink,
+    RemoteBuffer, RtrAttr, RtrParams, SendOp, Sge, VerbsError, WcStatus,
 };
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
@@ -712,11 +712,13 @@ fn pair(ctx: &Arc<Context>, pd: &Arc<rdma_verbs::ProtectionDomain>) -> Pair {
     let (ca, cb) = (ctx.create_cq(16).unwrap(), ctx.create_cq(16).unwrap());
     let a = pd.create_rc_qp(&ca, &ca, Default::default()).unwrap();
     let b = pd.create_rc_qp(&cb, &cb, Default::default()).unwrap();
-    for (q, p) in [(&a, &b), (&b, &a)] {
-        q.to_init(1, full()).unwrap();
-        q.to_rtr(&rtr(ctx, p)).unwrap();
-        q.to_rts(&RtsParams::default()).unwrap();
+    let gid = ctx.choose_gid(1, GidType::RoceV2).unwrap();
+    RcLink {
+        min_rnr_timer: 1,
+        ..RcLink::new(1, ctx.query_port(1).unwrap().active_mtu, full())
     }
+    .connect_pair((&a, &gid, 0), (&b, &gid, 0))
+    .unwrap();
     (a, ca, b, cb)
 }
 
@@ -845,7 +847,7 @@ fn verbs_memory_window_bind_write_invalidate() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let (a, ca, b, cb) = pair(&ctx, &pd);
-    let src = pd.register(64, full()).unwrap();
+    let mut src = pd.register(64, full()).unwrap();
     src.write(0, &[7; 64]).unwrap();
     let base = pd
         .register(

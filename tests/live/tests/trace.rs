@@ -10,7 +10,7 @@
 //! `lab test` boot has all three). A missing device or a tracer that cannot start fails.
 use live_tests::{rdmactl_bin, Rdmad, RdmadOptions, LAB_DEVICE};
 use rdma_verbs::{
-    AccessFlags, Context, GidType, QueuePair, RtrParams, RtsParams, SendOp, Sge, WcStatus,
+    AccessFlags, Context, GidType, QueuePair, RcLink, RtsParams, SendOp, Sge, WcStatus,
 };
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -139,25 +139,9 @@ fn thread_comm() -> String {
 fn connect(ctx: &Arc<Context>, a: &QueuePair, b: &QueuePair) {
     let gid = ctx.choose_gid(1, GidType::RoceV2).expect("choose_gid");
     let mtu = ctx.query_port(1).unwrap().active_mtu;
-    let ep_a = a.endpoint(&gid, 0x100);
-    let ep_b = b.endpoint(&gid, 0x200);
-    for (qp, me, peer) in [(a, ep_a, ep_b), (b, ep_b, ep_a)] {
-        qp.to_init(1, access()).expect("to_init");
-        qp.to_rtr(&RtrParams {
-            remote: peer,
-            port: 1,
-            sgid_index: gid.index as u8,
-            path_mtu: mtu,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-        })
-        .expect("to_rtr");
-        qp.to_rts(&RtsParams {
-            psn: me.psn,
-            ..Default::default()
-        })
-        .expect("to_rts");
-    }
+    RcLink::new(1, mtu, access())
+        .connect_pair((a, &gid, 0x100), (b, &gid, 0x200))
+        .expect("RESET -> INIT -> RTR -> RTS");
 }
 
 fn is_modify(e: &Value, qpn: u32, from: &str, to: &str) -> bool {

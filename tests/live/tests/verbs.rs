@@ -4,7 +4,7 @@
 use live_tests::LAB_DEVICE;
 use rdma_verbs::{
     AccessFlags, AsyncEventType, CompletionQueue, Context, GidType, MemoryRegion, ProtectionDomain,
-    QpState, QueuePair, RtrParams, RtsParams, SendOp, Sge, VerbsError, WcOpcode, WcStatus,
+    QpState, QueuePair, RcLink, RtrParams, RtsParams, SendOp, Sge, VerbsError, WcOpcode, WcStatus,
     WorkCompletion,
 };
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -80,25 +80,42 @@ fn connect_with(ctx: &Arc<Context>, a: &QueuePair, b: &QueuePair, rts: RtsParams
         "the lab's IPv4 GID"
     );
     let mtu = ctx.query_port(1).unwrap().active_mtu;
-    let ep_a = a.endpoint(&gid, 0x1000);
-    let ep_b = b.endpoint(&gid, 0x2000);
-    for (qp, me, peer) in [(a, ep_a, ep_b), (b, ep_b, ep_a)] {
-        qp.to_init(1, access()).expect("to_init");
-        assert_eq!(qp.state().unwrap(), QpState::Init);
-        qp.to_rtr(&RtrParams {
-            remote: peer,
-            port: 1,
-            sgid_index: gid.index as u8,
-            path_mtu: mtu,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-        })
-        .expect("to_rtr");
-        assert_eq!(qp.state().unwrap(), QpState::Rtr);
-        qp.to_rts(&RtsParams { psn: me.psn, ..rts })
-            .expect("to_rts");
-        assert_eq!(qp.state().unwrap(), QpState::Rts);
+    RcLink {
+        rts,
+        ..RcLink::new(1, mtu, access())
     }
+    .connect_pair((a, &gid, 0x1000), (b, &gid, 0x2000))
+    .expect("RESET -> INIT -> RTR -> RTS");
+    assert_eq!(a.state().unwrap(), QpState::Rts);
+    assert_eq!(b.state().unwrap(), QpState::Rts);
+}
+
+#[test]
+fn each_transition_of_the_bring_up_lands_in_its_state() {
+    let _port = shared();
+    let ctx = open();
+    let pd = ctx.alloc_pd().expect("alloc_pd");
+    let (a, b) = (side(&ctx, &pd, 16), side(&ctx, &pd, 16));
+    let gid = ctx.choose_gid(1, GidType::RoceV2).expect("choose_gid");
+    let mtu = ctx.query_port(1).unwrap().active_mtu;
+    a.qp.to_init(1, access()).expect("to_init");
+    assert_eq!(a.qp.state().unwrap(), QpState::Init);
+    a.qp.to_rtr(&RtrParams {
+        remote: b.qp.endpoint(&gid, 0x2000),
+        port: 1,
+        sgid_index: gid.index as u8,
+        path_mtu: mtu,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+    })
+    .expect("to_rtr");
+    assert_eq!(a.qp.state().unwrap(), QpState::Rtr);
+    a.qp.to_rts(&RtsParams {
+        psn: 0x1000,
+        ..RtsParams::default()
+    })
+    .expect("to_rts");
+    assert_eq!(a.qp.state().unwrap(), QpState::Rts);
 }
 
 fn one(cq: &CompletionQueue) -> WorkCompletion {
@@ -111,7 +128,7 @@ fn one(cq: &CompletionQueue) -> WorkCompletion {
 fn rc_write_lands_in_the_remote_buffer() {
     let _port = shared();
     let ctx = open();
-    let (a, b) = connected_pair(&ctx);
+    let (mut a, b) = connected_pair(&ctx);
     let payload = b"rdma write over rxe0 loopback";
     a.mr.write(0, payload).unwrap();
     a.qp.post_send(
@@ -143,7 +160,7 @@ fn rc_write_lands_in_the_remote_buffer() {
 fn rc_send_with_immediate_is_received() {
     let _port = shared();
     let ctx = open();
-    let (a, b) = connected_pair(&ctx);
+    let (mut a, b) = connected_pair(&ctx);
     b.qp.post_recv(
         77,
         &[Sge {
@@ -182,7 +199,7 @@ fn rc_send_with_immediate_is_received() {
 fn rc_read_fetches_remote_bytes() {
     let _port = shared();
     let ctx = open();
-    let (a, b) = connected_pair(&ctx);
+    let (a, mut b) = connected_pair(&ctx);
     b.mr.write(3000, b"read me back").unwrap();
     a.qp.post_send(
         13,
@@ -297,7 +314,7 @@ fn completion_channel_wakes_up_on_a_completion() {
     let qp_a = pd.create_rc_qp(&cq_a, &cq_a, Default::default()).unwrap();
     let qp_b = pd.create_rc_qp(&cq_b, &cq_b, Default::default()).unwrap();
     connect(&ctx, &qp_a, &qp_b);
-    let mr_a = pd.register(64, access()).unwrap();
+    let mut mr_a = pd.register(64, access()).unwrap();
     let mr_b = pd.register(64, access()).unwrap();
 
     cq_a.req_notify(false).unwrap();
@@ -406,7 +423,7 @@ fn send_without_a_receive_and_no_rnr_retry_fails_with_rnr_retry_exc_err() {
 #[test]
 fn children_keep_their_parents_alive() {
     let _port = shared();
-    let (a, b) = {
+    let (mut a, b) = {
         // The context and PD handles go out of scope here; the QPs, CQs and MRs hold them.
         let ctx = open();
         connected_pair(&ctx)

@@ -174,7 +174,7 @@ fn requester(
 pub(crate) fn run(run: &mut Run<'_>) -> Result<(), ExpError> {
     let dev = run.open_device()?;
     let access = full_access();
-    let src = run.must("ibv_reg_mr", "4 KiB on A (64 B used)", || {
+    let mut src = run.must("ibv_reg_mr", "4 KiB on A (64 B used)", || {
         dev.pd.register(4096, access)
     })?;
     let dst = run.must("ibv_reg_mr", "4 KiB on B (64 B used)", || {

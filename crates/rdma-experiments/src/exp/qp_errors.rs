@@ -15,7 +15,7 @@ pub(crate) fn wrong_key(rkey: u32) -> u32 {
 pub(crate) fn run(run: &mut Run<'_>) -> Result<(), ExpError> {
     let dev = run.open_device()?;
     let access = full_access();
-    let src = run.must("ibv_reg_mr", "4 KiB source buffer", || {
+    let mut src = run.must("ibv_reg_mr", "4 KiB source buffer", || {
         dev.pd.register(4096, access)
     })?;
     src.write(0, &[0xab; 64])?;

@@ -118,7 +118,7 @@ pub(crate) fn run(run: &mut Run<'_>) -> Result<(), ExpError> {
     run.qp_state(&b, "B", Some(QpState::Rts))?;
 
     run.part("traffic", Some(&dev.ctx))?;
-    let src = run.must("ibv_reg_mr", "64 B source on A", || {
+    let mut src = run.must("ibv_reg_mr", "64 B source on A", || {
         dev.pd.register(64, access)
     })?;
     let dst = run.must("ibv_reg_mr", "64 B target on B", || {

@@ -53,7 +53,7 @@ fn next_random(state: &mut u64) -> u64 {
 
 pub(crate) fn run(run: &mut Run<'_>) -> Result<(), ExpError> {
     let dev = run.open_device()?;
-    let src = run.must("ibv_reg_mr", "4 KiB attacker source buffer", || {
+    let mut src = run.must("ibv_reg_mr", "4 KiB attacker source buffer", || {
         dev.pd.register(4096, full_access())
     })?;
     src.write(0, &[0x5a; 64])?;
@@ -246,7 +246,7 @@ fn memory_window(
         format!("max_mw {}", attr.max_mw),
         Vals::new().with("max_mw", attr.max_mw),
     );
-    let base = run.must(
+    let mut base = run.must(
         "ibv_reg_mr",
         "4 KiB MR with MW_BIND (windows may be bound to it)",
         || {
@@ -256,6 +256,9 @@ fn memory_window(
             )
         },
     )?;
+    // The bytes a write outside the second window would land on start as zeros (a fresh MR
+    // is zeroed; written here because the windows borrow the MR from now on).
+    base.write(1024, &[0u8; 64])?;
     let (a, b) = run.pair(dev, &PairSpec::default())?;
     let mut mw = run.must("ibv_alloc_mw", "type 2 window on PD 1", || {
         dev.pd.alloc_mw(&base)
@@ -315,7 +318,6 @@ fn memory_window(
         len: base.len() as u64,
         ..w2
     };
-    base.write(1024, &[0u8; 64])?;
     let shown = run.secret(outside.rkey.into());
     run.must_with(
         "ibv_post_send",

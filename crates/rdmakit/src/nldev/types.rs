@@ -46,6 +46,12 @@ impl<T> Serialize for Secret<T> {
 /// Declare a u8-coded kernel enumeration that serializes as its iproute2 name.
 macro_rules! named_u8 {
     ($(#[$meta:meta])* $name:ident, $unknown:expr, [$($value:expr => $text:expr),* $(,)?]) => {
+        named_u8!($(#[$meta])* $name, $unknown, |code: u8| match code {
+            $($value => Some($text),)*
+            _ => None,
+        });
+    };
+    ($(#[$meta:meta])* $name:ident, $unknown:expr, $lookup:expr) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub struct $name(pub u8);
@@ -53,10 +59,8 @@ macro_rules! named_u8 {
         impl $name {
             /// The name iproute2 prints for this value.
             pub fn name(self) -> &'static str {
-                match self.0 {
-                    $($value => $text,)*
-                    _ => $unknown,
-                }
+                #[allow(clippy::redundant_closure_call)]
+                ($lookup)(self.0).unwrap_or($unknown)
             }
         }
 
@@ -83,7 +87,7 @@ named_u8!(
 named_u8!(
     /// QP state (`RES_STATE` on QPs): `RESET` .. `ERR`.
     QpState, "UNKNOWN",
-    [0 => "RESET", 1 => "INIT", 2 => "RTR", 3 => "RTS", 4 => "SQD", 5 => "SQE", 6 => "ERR"]
+    |code: u8| crate::uapi::qp_state_name(code.into())
 );
 named_u8!(
     /// Path migration state.
@@ -111,13 +115,12 @@ named_u8!(
 named_u8!(
     /// Logical port state.
     PortState, "UNKNOWN",
-    [0 => "NOP", 1 => "DOWN", 2 => "INIT", 3 => "ARMED", 4 => "ACTIVE", 5 => "ACTIVE_DEFER"]
+    |code: u8| crate::uapi::port_state_name(code.into())
 );
 named_u8!(
     /// Physical port state.
     PhysState, "UNKNOWN",
-    [1 => "SLEEP", 2 => "POLLING", 3 => "DISABLED", 4 => "PORT_CONFIGURATION_TRAINING",
-     5 => "LINK_UP", 6 => "LINK_ERROR_RECOVERY", 7 => "PHY_TEST"]
+    |code: u8| crate::uapi::phys_state_name(code.into())
 );
 
 /// Format a host-order GUID the way the kernel and iproute2 print it (`5054:00ff:fe12:3456`).

@@ -10,9 +10,12 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
-use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
-use rustix::fs::{Dir, Mode, OFlags};
-use rustix::io::Errno;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
 /// The largest attribute accepted, in bytes (sysfs attributes are at most one 4 KiB page).
 pub const READ_LIMIT: usize = 4096;
@@ -67,9 +70,9 @@ impl AttrReader {
     /// [`AttrReader::filled`].
     pub(crate) fn fill(&mut self, fd: impl AsFd) -> Result<usize, ReadFailure> {
         let n = loop {
-            match rustix::io::pread(&fd, &mut self.buf[..], 0) {
+            match nix::sys::uio::pread(&fd, &mut self.buf[..], 0) {
                 Ok(n) => break n,
-                Err(Errno::INTR) => continue,
+                Err(Errno::EINTR) => continue,
                 Err(errno) => return Err(ReadFailure::Os(errno.into())),
             }
         };
@@ -87,9 +90,9 @@ impl AttrReader {
 
 /// Open the file `name` of the directory `dir` for reading.
 pub(crate) fn open_at(dir: BorrowedFd<'_>, name: &str) -> Result<OwnedFd, ReadFailure> {
-    rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(
+    nix::fcntl::openat(dir, name, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).map_err(
         |errno| {
-            if errno == Errno::NOENT {
+            if errno == Errno::ENOENT {
                 ReadFailure::Missing
             } else {
                 ReadFailure::Os(errno.into())
@@ -99,10 +102,21 @@ pub(crate) fn open_at(dir: BorrowedFd<'_>, name: &str) -> Result<OwnedFd, ReadFa
 }
 
 /// Open the directory `path` for listing and for opening its files relative to it.
-pub(crate) fn open_directory(path: &Path) -> rustix::io::Result<OwnedFd> {
-    rustix::fs::open(
+pub(crate) fn open_directory(path: &Path) -> nix::Result<OwnedFd> {
+    nix::fcntl::open(
         path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// A second open file description of the directory `dir`, for listing it without moving the
+/// position of `dir` itself.
+pub(crate) fn reopen_dir(dir: BorrowedFd<'_>) -> nix::Result<Dir> {
+    Dir::openat(
+        dir,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
 }
@@ -114,14 +128,14 @@ pub(crate) fn open_dir_fd(path: &Path) -> Option<OwnedFd> {
 }
 
 /// Open the directory `path` and list its entries ([`dir_names`]). `Ok(None)` when it does
-/// not exist. The returned [`Dir`] keeps the descriptor for [`open_at`] (`Dir::fd`).
+/// not exist. The returned [`Dir`] keeps the descriptor for [`open_at`] (`Dir::as_fd`).
 pub(crate) fn open_dir(path: &Path) -> io::Result<Option<(Dir, Vec<String>)>> {
     let fd = match open_directory(path) {
         Ok(fd) => fd,
-        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::ENOENT) => return Ok(None),
         Err(errno) => return Err(errno.into()),
     };
-    let mut dir = Dir::new(fd)?;
+    let mut dir = Dir::from_fd(fd)?;
     let names = dir_names(&mut dir)?;
     Ok(Some((dir, names)))
 }
@@ -130,7 +144,7 @@ pub(crate) fn open_dir(path: &Path) -> io::Result<Option<(Dir, Vec<String>)>> {
 /// skipped, unsorted.
 pub(crate) fn dir_names(dir: &mut Dir) -> io::Result<Vec<String>> {
     let mut names = Vec::new();
-    while let Some(entry) = dir.read() {
+    for entry in dir.iter() {
         let entry = entry?;
         let name = entry.file_name().to_bytes();
         if name == b"." || name == b".." {

@@ -35,8 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
-use rustix::fs::Dir;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::file;
 
@@ -115,7 +114,7 @@ impl OpenFiles {
     /// it is dropped). `None` when `stat` fails: the caller reads the ordinary way, which
     /// reports why.
     pub(crate) fn entry(&self, path: &Path, generation: u64) -> Option<Arc<Mutex<DirFiles>>> {
-        let stat = rustix::fs::stat(path).ok()?;
+        let stat = nix::sys::stat::stat(path).ok()?;
         #[allow(clippy::unnecessary_cast)] // the field types differ between targets
         let id = (
             stat.st_dev as u64,
@@ -191,7 +190,7 @@ impl OpenFiles {
         };
         if list && stale {
             // A second open file description, so the kept one's position never moves.
-            let mut names = file::dir_names(&mut Dir::read_from(fd)?)?;
+            let mut names = file::dir_names(&mut file::reopen_dir(fd.as_fd())?)?;
             names.sort_unstable();
             let before = dir.files.len();
             dir.files

@@ -14,11 +14,11 @@ use crate::sysfs::file::{self, AttrReader, ReadFailure, READ_LIMIT};
 use crate::sysfs::handles::{self, DirFiles, OpenFiles};
 use crate::sysfs::parse;
 use crate::sysfs::ReadOptions;
-use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -553,15 +553,7 @@ impl<'r> Walk<'r> {
                 return;
             }
         };
-        let fd = match dir.fd() {
-            Ok(fd) => fd,
-            Err(err) => {
-                let err = io::Error::from(err);
-                self.record(ctx, io_kind(&err), err.to_string());
-                self.path.pop();
-                return;
-            }
-        };
+        let fd = dir.as_fd();
         // Sorted before reading, so counters and errors come out in a stable order.
         names.sort_unstable();
         out.reserve(names.len());
