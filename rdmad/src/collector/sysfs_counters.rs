@@ -17,7 +17,7 @@
 //! the sysfs cache period netlink does not report); every other device, and every device when
 //! netlink is off or failed for it, is read whole from sysfs.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use rdmakit::model::{CounterSource, Snapshot, SourceError};
 
@@ -54,8 +54,8 @@ impl Collector for SysfsCounters {
         let mut unexported: Vec<(String, String)> = Vec::new();
         // Metric names depend on the source and file name only: computed once per name, not
         // once per device (64 devices of one driver share every name).
-        let mut metric_names: HashMap<(CounterSource, &str), Option<(String, Kind)>> =
-            HashMap::new();
+        let mut metric_names: FxHashMap<(CounterSource, &str), Option<(String, Kind)>> =
+            FxHashMap::default();
         for device in &snapshot.devices {
             let driver = device.driver.as_deref();
             let port_counters = device
@@ -71,7 +71,9 @@ impl Collector for SysfsCounters {
                     unexported.push((device.name.clone(), counter.name.clone()));
                     continue;
                 };
-                let mut labels = vec![("device", device.name.clone())];
+                // Sized for both labels: no reallocation when the port is pushed.
+                let mut labels = Vec::with_capacity(2);
+                labels.push(("device", device.name.clone()));
                 if let Some(port) = port {
                     labels.push(("port", port.to_string()));
                 }
