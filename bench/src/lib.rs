@@ -1,9 +1,11 @@
 //! Shared helpers of the benchmark binaries: timing, medians, the synthetic sysfs tree and
-//! the floor every scrape is compared with (a plain open/read/close loop).
+//! the floors every scrape is compared with: a plain open/read/close loop, and the physical
+//! one, one `pread` per file through descriptors kept open ([`KeptFiles`]), serial.
 #![forbid(unsafe_code)]
 
 use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -73,4 +75,45 @@ pub fn plain_loop(files: &[PathBuf], buf: &mut [u8]) -> usize {
         }
     }
     std::hint::black_box(total)
+}
+
+/// Whether `path` is a counter file (its directory is `counters/` or `hw_counters/`).
+pub fn is_counter_file(path: &Path) -> bool {
+    path.parent()
+        .and_then(|d| d.file_name())
+        .is_some_and(|d| d == "counters" || d == "hw_counters")
+}
+
+/// The physical floor of a scrape: descriptors opened once, then per round one `pread` at
+/// offset 0 per file, serial (a sysfs attribute re-read from offset 0 runs its `show` again,
+/// which is what rdmad does with the descriptors it keeps).
+pub struct KeptFiles {
+    files: Vec<File>,
+}
+
+impl KeptFiles {
+    /// Open every file of `paths` (outside any timing).
+    pub fn open(paths: &[PathBuf]) -> std::io::Result<KeptFiles> {
+        let files = paths.iter().map(File::open).collect::<Result<_, _>>()?;
+        Ok(KeptFiles { files })
+    }
+
+    /// How many descriptors are kept.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// One `pread` into `buf` per file; the bytes read.
+    pub fn read_all(&self, buf: &mut [u8]) -> usize {
+        let mut total = 0usize;
+        for file in &self.files {
+            total += file.read_at(buf, 0).unwrap_or(0);
+        }
+        std::hint::black_box(total)
+    }
 }

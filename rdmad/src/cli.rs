@@ -48,6 +48,19 @@ pub struct Flags {
         value_name = "FILE"
     )]
     pub web_config_file: Option<std::ffi::OsString>,
+    /// Never compress responses. By default `/metrics` is sent gzip or zstd encoded when the
+    /// request's Accept-Encoding asks for it (Prometheus always sends gzip).
+    #[arg(
+        long = "web.disable-compression",
+        env = "RDMAD_WEB_DISABLE_COMPRESSION",
+        value_parser = BoolishValueParser::new(),
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value = "false",
+        value_name = "BOOL"
+    )]
+    pub disable_compression: bool,
     /// Where sysfs is mounted (devices are under PATH/class/infiniband).
     #[arg(
         long = "path.sysfs",
@@ -184,6 +197,8 @@ pub struct Settings {
     pub max_requests: usize,
     /// `--web.config.file`: TLS and basic auth (checked when the server starts).
     pub web_config_file: Option<PathBuf>,
+    /// `--web.disable-compression`.
+    pub disable_compression: bool,
     /// `--path.sysfs`.
     pub sysfs: PathBuf,
     /// `--collector.device-include`.
@@ -295,6 +310,12 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
         file.web_config_file.clone()
     }
     .filter(|p| !p.as_os_str().is_empty());
+    let disable_compression = if explicit(matches, "disable_compression") {
+        flags.disable_compression
+    } else {
+        file.disable_compression
+            .unwrap_or(flags.disable_compression)
+    };
     let sysfs = if explicit(matches, "sysfs") {
         flags.sysfs.clone()
     } else {
@@ -341,6 +362,7 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
         listen_address,
         max_requests,
         web_config_file,
+        disable_compression,
         sysfs,
         device_include: pick(
             "device_include",
@@ -465,6 +487,7 @@ mod tests {
             ]
         );
         assert_eq!(s.max_requests, 40);
+        assert!(!s.disable_compression, "compression is on by default");
         assert!(!s.once);
     }
 
@@ -656,6 +679,23 @@ mod tests {
             settings(&["--config", f, "--web.config.file="]).web_config_file,
             None,
             "an empty flag turns the file's setting off"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn disable_compression_from_flag_env_or_config_file() {
+        assert!(settings(&["--web.disable-compression"]).disable_compression);
+        assert!(!settings(&["--web.disable-compression=false"]).disable_compression);
+        let dir = std::env::temp_dir().join(format!("rdmad-cli-gzip-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rdmad.toml");
+        std::fs::write(&file, "[web]\ndisable-compression = true\n").unwrap();
+        let f = file.to_str().unwrap();
+        assert!(settings(&["--config", f]).disable_compression);
+        assert!(
+            !settings(&["--config", f, "--web.disable-compression=false"]).disable_compression,
+            "the flag wins"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -32,6 +32,8 @@ pub struct FileConfig {
     pub max_requests: Option<usize>,
     /// `web.config.file` (`[web] config.file = ...`, or `[web.config] file = ...`).
     pub web_config_file: Option<PathBuf>,
+    /// `web.disable-compression`.
+    pub disable_compression: Option<bool>,
     /// `path.sysfs`.
     pub sysfs: Option<PathBuf>,
     /// `collector.device-include`.
@@ -88,6 +90,7 @@ pub fn known_keys() -> Vec<String> {
         "web.listen-address",
         "web.max-requests",
         "web.config.file",
+        "web.disable-compression",
         "path.sysfs",
         "collector.device-include",
         "collector.device-exclude",
@@ -132,6 +135,9 @@ pub fn parse(text: &str) -> Result<FileConfig> {
                             .filter(|n| *n > 0)
                             .ok_or_else(|| anyhow!("`{full}` must be at least 1, not {n}"))?,
                     );
+                }
+                ("web", "disable-compression") => {
+                    config.disable_compression = Some(boolean(&full, value)?)
                 }
                 ("web", "config") => {
                     // `--web.config.file`: the flag's name has one more dot than the others.
@@ -263,6 +269,7 @@ mod tests {
 [web]
 listen-address = "127.0.0.1:9999"
 max-requests = 3
+disable-compression = true
 [path]
 sysfs = "/host/sys"
 [collector]
@@ -275,6 +282,7 @@ sysfs_info = true
         .expect("valid");
         assert_eq!(c.listen_address.as_deref(), Some("127.0.0.1:9999"));
         assert_eq!(c.max_requests, Some(3));
+        assert_eq!(c.disable_compression, Some(true));
         assert_eq!(c.sysfs, Some(PathBuf::from("/host/sys")));
         assert_eq!(c.device_include.as_deref(), Some("mlx5_.*"));
         assert_eq!(c.device_exclude.as_deref(), Some("mlx5_1"));

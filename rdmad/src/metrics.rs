@@ -1,6 +1,6 @@
 //! The metrics of one scrape and their two encodings.
 //!
-//! Collectors add samples to a [`MetricSet`]: families keyed by name (kept sorted, so the
+//! Collectors add samples to a [`MetricSet`]: families keyed by name (listed and encoded sorted, so the
 //! exposition is deterministic and golden files diff cleanly), each with one HELP text, one
 //! type and its samples in the order they were added. A second sample with the same labels is
 //! refused ([`AddError::Duplicate`]) instead of producing an invalid exposition.
@@ -15,7 +15,7 @@
 //! and `_count` series in both formats. [`negotiate`] picks the format from the
 //! request's `Accept` header the way Prometheus' own client libraries do.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
@@ -229,7 +229,9 @@ impl std::error::Error for AddError {}
 /// All families of one scrape (or of one collector, before merging).
 #[derive(Debug, Clone, Default)]
 pub struct MetricSet {
-    families: BTreeMap<String, Family>,
+    /// By name; sorted when listed or encoded (a hash lookup per sample instead of a walk of
+    /// string comparisons down a tree: names share long prefixes like `rdma_port_hw_`).
+    families: rustc_hash::FxHashMap<String, Family>,
 }
 
 impl MetricSet {
@@ -310,11 +312,11 @@ impl MetricSet {
         let mut refused = Vec::new();
         for (name, family) in other.families {
             let family = match self.families.entry(name) {
-                std::collections::btree_map::Entry::Vacant(slot) => {
+                std::collections::hash_map::Entry::Vacant(slot) => {
                     slot.insert(family);
                     continue;
                 }
-                std::collections::btree_map::Entry::Occupied(slot) => (slot.key().clone(), family),
+                std::collections::hash_map::Entry::Occupied(slot) => (slot.key().clone(), family),
             };
             let (name, family) = family;
             let help = family.help;
@@ -334,7 +336,16 @@ impl MetricSet {
 
     /// Family names, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.families.keys().map(String::as_str)
+        let mut names: Vec<&str> = self.families.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names.into_iter()
+    }
+
+    /// The families, sorted by name.
+    fn sorted(&self) -> Vec<(&String, &Family)> {
+        let mut families: Vec<(&String, &Family)> = self.families.iter().collect();
+        families.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        families
     }
 
     /// Encode in `format`.
@@ -356,7 +367,7 @@ impl MetricSet {
 
 impl prometheus_client::collector::Collector for MetricSet {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for (name, family) in &self.families {
+        for (name, family) in self.sorted() {
             if family.samples.is_empty() {
                 continue;
             }

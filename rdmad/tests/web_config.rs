@@ -598,9 +598,6 @@ fn the_deploy_example_is_valid() {
 fn top_scrapes_rdmad_over_tls_with_basic_auth() {
     use rdmakit::scrape::{ScrapeConfig, ScrapeError, Scraper};
 
-    if !have("openssl", "top_scrapes_rdmad_over_tls_with_basic_auth") {
-        return;
-    }
     let dir = TempDir::new("top");
     make_certs(&dir);
     let hash = bcrypt::hash("s3cret pass", 4).unwrap();
@@ -677,4 +674,68 @@ fn top_scrapes_rdmad_over_tls_with_basic_auth() {
             other => panic!("{what}: {other:?}"),
         }
     }
+}
+
+/// gzip (as Prometheus asks for it) over TLS behind basic auth: the decoded body is the plain
+/// one, refusals still refuse, the extra headers are still set.
+#[test]
+fn compressed_scrape_over_tls_with_basic_auth() {
+    if !tools("compressed_scrape_over_tls_with_basic_auth") {
+        return;
+    }
+    let dir = TempDir::new("gzip");
+    make_certs(&dir);
+    let hash = bcrypt::hash("pw", 4).unwrap();
+    let config = dir.write(
+        "web.yml",
+        &format!(
+            "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n\
+             http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n\
+             basic_auth_users:\n  prometheus: '{hash}'\n"
+        ),
+    );
+    let server = Server::start(&config);
+    let ca = dir.path("ca.pem");
+    let ca = ca.to_str().unwrap();
+    let url = server.url("https", "/metrics");
+    let auth = ["--cacert", ca, "-u", "prometheus:pw"];
+    // Collector durations vary from scrape to scrape; everything else is the same.
+    let stable = |body: &str| -> Vec<String> {
+        body.lines()
+            .filter(|l| !l.starts_with("rdma_scrape_collector_duration_seconds{"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let plain = curl(&[&auth[..], &[url.as_str()]].concat());
+    assert_eq!((plain.exit, plain.status), (0, 200), "{}", plain.stderr);
+    assert!(
+        !plain.headers.contains("content-encoding"),
+        "{}",
+        plain.headers
+    );
+    assert!(plain.body.contains(METRIC));
+    // --compressed: curl decodes what it gets; the header it sends is ours.
+    let gzip = curl(
+        &[
+            &auth[..],
+            &["-H", "Accept-Encoding: gzip", "--compressed", url.as_str()],
+        ]
+        .concat(),
+    );
+    assert_eq!((gzip.exit, gzip.status), (0, 200), "{}", gzip.stderr);
+    assert!(
+        gzip.headers.contains("content-encoding: gzip"),
+        "{}",
+        gzip.headers
+    );
+    assert!(
+        gzip.headers.contains("vary: accept-encoding"),
+        "{}",
+        gzip.headers
+    );
+    assert!(gzip.headers.contains("x-content-type-options: nosniff"));
+    assert_eq!(stable(&gzip.body), stable(&plain.body));
+    let refused = curl(&["--cacert", ca, "-H", "Accept-Encoding: gzip", url.as_str()]);
+    assert_eq!(refused.status, 401, "no credentials, compressed or not");
+    assert!(refused.headers.contains("www-authenticate: basic"));
 }

@@ -1,19 +1,29 @@
-//! rdmad against node_exporter's infiniband collector and against the floor, in one run.
+//! rdmad against node_exporter's infiniband collector and against the floors, in one run.
 //!
 //! `cargo run --release -p rdma-bench --bin scrape_vs_node_exporter [DEVICES] [ROUNDS]`
 //! writes the synthetic tree (`gen-sysfs.py OUT --devices 64` by default), starts
 //! `target/release/rdmad` (or `$RDMAD_BIN`) and `prometheus-node-exporter` (or
 //! `$NODE_EXPORTER_BIN`; `--collector.disable-defaults --collector.infiniband --path.sysfs OUT`)
-//! on free 127.0.0.1 ports, and then, ROUNDS times (200 by default) in a rotating order,
-//! scrapes each once over HTTP (a new connection per scrape, `Connection: close`, no gzip)
-//! and runs one plain open/read/close loop over every file of the tree (file list built
-//! beforehand). rdmad collects on every scrape (it caches no value; it keeps the counter
-//! files open and re-reads them, see rdmad/README.md "Cost of a scrape"). Prints p50 (and p90) of
-//! each, the ratios (targets: rdmad <= 0.5x node_exporter, <= 1.3x the loop), the series of
-//! each (rdmad must export every counter file: checked, not only printed) and the resident
-//! memory (VmRSS) of both daemons idle after start and idle after the run.
+//! on free 127.0.0.1 ports, and then, ROUNDS times (200 by default) in a rotating order:
+//! - the floor: one `pread` per counter file through descriptors kept open, serial (what the
+//!   kernel cannot do faster for one reader; rdmad keeps its descriptors the same way), and the
+//!   same over every file of the tree;
+//! - a plain open/read/close loop over every file (file list built beforehand);
+//! - one HTTP scrape of each daemon without and with `Accept-Encoding: gzip` (a new
+//!   connection per scrape, `Connection: close`, the whole response read).
+//!
+//! rdmad collects on every scrape (it caches no value; it keeps the counter files open and
+//! re-reads them, see rdmad/README.md "Cost of a scrape"). Prints p50 (and p90) of each, the
+//! ratios (targets: rdmad <= 2.0x the counter-file floor, <= 0.3x node_exporter), the series
+//! of each, whether every counter file of the tree has its series in rdmad's exposition
+//! (checked by name with rdmad's own naming, not only printed: the run fails otherwise), the
+//! bytes on the wire with and without gzip (target: gzip <= 10% of plain), the CPU time rdmad
+//! spends per scrape plain and gzip (utime + stime over ROUNDS back-to-back scrapes each), and
+//! the resident memory (VmRSS) of both daemons idle after start and after the run. A
+//! measurement, never a test: nothing here asserts a time.
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -21,7 +31,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use rdma_bench::{all_files, median, plain_loop, synthetic_sysfs, time};
+use rdma_bench::{
+    all_files, is_counter_file, median, plain_loop, synthetic_sysfs, time, KeptFiles,
+};
+use rdmad::metrics::Kind;
+use rdmakit::model::{Counter, CounterSource};
 
 /// A daemon killed on drop.
 struct Daemon {
@@ -46,7 +60,7 @@ impl Daemon {
             .with_context(|| format!("starting {}", bin.display()))?;
         let daemon = Daemon { child, port };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while scrape(port).is_err() {
+        while scrape(port, false).is_err() {
             ensure!(
                 Instant::now() < deadline,
                 "{name} does not answer on port {port}"
@@ -66,18 +80,59 @@ impl Daemon {
             .and_then(|v| v.parse().ok())
             .context("no VmRSS")
     }
+
+    /// utime + stime so far, in clock ticks (fields 14 and 15 of /proc/PID/stat).
+    fn cpu_ticks(&self) -> Result<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        let after_name = stat.rsplit_once(')').context("bad /proc/PID/stat")?.1;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let ticks = |i: usize| -> Result<u64> {
+            fields
+                .get(i)
+                .and_then(|v| v.parse().ok())
+                .context("bad /proc/PID/stat")
+        };
+        // After the name: field 3 (state) is index 0, so utime (14) is 11 and stime (15) 12.
+        Ok(ticks(11)? + ticks(12)?)
+    }
 }
 
 fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// GET /metrics over a new connection; the body (de-chunked).
-fn scrape(port: u16) -> Result<String> {
+/// One response: bytes read from the socket (headers and body as sent), the body de-chunked
+/// and the content encoding.
+struct Scraped {
+    wire: usize,
+    body: Vec<u8>,
+    gzip: bool,
+}
+
+impl Scraped {
+    /// The exposition text (gunzipped when it came compressed).
+    fn text(&self) -> Result<String> {
+        if !self.gzip {
+            return Ok(String::from_utf8(self.body.clone())?);
+        }
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&self.body[..]).read_to_string(&mut text)?;
+        Ok(text)
+    }
+}
+
+/// GET /metrics over a new connection, with `Accept-Encoding: gzip` when `gzip`.
+fn scrape(port: u16, gzip: bool) -> Result<Scraped> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    stream.write_all(
-        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/plain\r\nConnection: close\r\n\r\n",
+    let encoding = if gzip {
+        "Accept-Encoding: gzip\r\n"
+    } else {
+        ""
+    };
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/plain\r\n{encoding}Connection: close\r\n\r\n"
     )?;
     let mut raw = Vec::with_capacity(1 << 20);
     stream.read_to_end(&mut raw)?;
@@ -95,7 +150,11 @@ fn scrape(port: u16) -> Result<String> {
     } else {
         body.to_vec()
     };
-    Ok(String::from_utf8(body)?)
+    Ok(Scraped {
+        wire: raw.len(),
+        body,
+        gzip: head.contains("content-encoding: gzip"),
+    })
 }
 
 fn dechunk(mut data: &[u8]) -> Result<Vec<u8>> {
@@ -127,6 +186,37 @@ fn series(text: &str, prefix: &str) -> Result<usize> {
         .count())
 }
 
+/// The series rdmad must export for the counter file `path` of the tree (rdmad's own naming:
+/// `rdmad::names`), e.g. `rdma_port_xmit_data_bytes_total{device="mlx5_0",port="1"}`.
+fn expected_series(path: &Path) -> Option<String> {
+    let file = path.file_name()?.to_str()?;
+    let dir = path.parent()?;
+    let parts: Vec<&str> = dir.iter().filter_map(|p| p.to_str()).collect();
+    let at = parts.iter().rposition(|p| *p == "infiniband")?;
+    let (device, labels, source) = match &parts[at + 1..] {
+        [device, "ports", port, "counters"] => (
+            *device,
+            format!("{{device=\"{device}\",port=\"{port}\"}}"),
+            CounterSource::Pma,
+        ),
+        [device, "ports", port, "hw_counters"] => (
+            *device,
+            format!("{{device=\"{device}\",port=\"{port}\"}}"),
+            CounterSource::Hw,
+        ),
+        [device, "hw_counters"] => (
+            *device,
+            format!("{{device=\"{device}\"}}"),
+            CounterSource::DeviceHw,
+        ),
+        _ => return None,
+    };
+    let _ = device;
+    let (name, kind) = rdmad::names::counter_metric_name(&Counter::new(file, source, 0))?;
+    let suffix = if kind == Kind::Counter { "_total" } else { "" };
+    Some(format!("{name}{suffix}{labels}"))
+}
+
 fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
     v.sort();
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;
@@ -143,21 +233,34 @@ fn workspace_bin(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The timed steps of one round, in the order of round 0 (later rounds rotate it).
+const STEPS: [&str; 7] = [
+    "floor: pread, counter files",
+    "floor: pread, every file",
+    "open/read/close, every file",
+    "rdmad          plain",
+    "rdmad          gzip",
+    "node_exporter  plain",
+    "node_exporter  gzip",
+];
+
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let devices: u32 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
     let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(200);
     let root = synthetic_sysfs(devices)?;
+    // The kept descriptors need more than the default soft RLIMIT_NOFILE (1024): raise it to
+    // the hard limit, as rdmad does at start.
+    drop(rdmad::collector::sysfs_open_files());
     let mut files = Vec::new();
     all_files(&root.join("class/infiniband"), &mut files)?;
-    let counter_files = files
+    files.sort();
+    let counter_paths: Vec<PathBuf> = files
         .iter()
-        .filter(|p| {
-            p.parent()
-                .and_then(|d| d.file_name())
-                .is_some_and(|d| d == "counters" || d == "hw_counters")
-        })
-        .count();
+        .filter(|p| is_counter_file(p))
+        .cloned()
+        .collect();
+    let counter_files = counter_paths.len();
 
     let rdmad_bin = std::env::var_os("RDMAD_BIN")
         .map(PathBuf::from)
@@ -201,91 +304,140 @@ fn main() -> Result<()> {
     std::thread::sleep(Duration::from_millis(500));
     let rss_start = (rdmad.rss_kib()?, node.rss_kib()?);
 
-    // What each exports (checked once, outside the timing).
-    let rdmad_text = scrape(rdmad.port)?;
-    let node_text = scrape(node.port)?;
-    let rdmad_counters = rdmad_text
-        .lines()
-        .filter(|l| {
-            (l.starts_with("rdma_port_") || l.starts_with("rdma_device_hw_"))
-                && (l.contains("_total{") || l.contains("_hw_"))
-        })
-        .count();
+    // What each exports and sends (checked once, outside the timing).
+    let rdmad_plain = scrape(rdmad.port, false)?;
+    let rdmad_gzip = scrape(rdmad.port, true)?;
+    let node_plain = scrape(node.port, false)?;
+    let node_gzip = scrape(node.port, true)?;
+    ensure!(rdmad_gzip.gzip, "rdmad did not gzip when asked");
+    let rdmad_text = rdmad_plain.text()?;
+    let node_text = node_plain.text()?;
     ensure!(
-        rdmad_counters == counter_files,
-        "rdmad exports {rdmad_counters} counter series for {counter_files} counter files"
+        series(&rdmad_gzip.text()?, "")? == series(&rdmad_text, "")?,
+        "rdmad's gzip exposition has other series than its plain one"
+    );
+    let exported: BTreeSet<&str> = rdmad_text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' ').map(|(s, _)| s))
+        .collect();
+    let missing: Vec<String> = counter_paths
+        .iter()
+        .filter(|p| expected_series(p).is_none_or(|s| !exported.contains(s.as_str())))
+        .map(|p| p.display().to_string())
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "{} of {counter_files} counter files have no series in rdmad's exposition, e.g. {}",
+        missing.len(),
+        missing[0]
     );
 
+    let kept_counters = KeptFiles::open(&counter_paths)?;
+    let kept_all = KeptFiles::open(&files)?;
     let mut buf = vec![0u8; 4097];
-    let mut floor = || {
-        plain_loop(&files, &mut buf);
-    };
     // Warm-up: page cache, dentries, allocators.
     for _ in 0..10 {
-        scrape(rdmad.port)?;
-        scrape(node.port)?;
-        floor();
+        scrape(rdmad.port, false)?;
+        scrape(rdmad.port, true)?;
+        scrape(node.port, false)?;
+        scrape(node.port, true)?;
+        kept_counters.read_all(&mut buf);
+        kept_all.read_all(&mut buf);
+        plain_loop(&files, &mut buf);
     }
-    let (mut t_rdmad, mut t_node, mut t_loop) = (Vec::new(), Vec::new(), Vec::new());
+    let mut t: [Vec<Duration>; 7] = Default::default();
     for round in 0..rounds {
-        for step in 0..3 {
-            match (round + step) % 3 {
-                0 => {
+        for step in 0..STEPS.len() {
+            let which = (round + step) % STEPS.len();
+            let took = match which {
+                0 => time(|| {
+                    kept_counters.read_all(&mut buf);
+                }),
+                1 => time(|| {
+                    kept_all.read_all(&mut buf);
+                }),
+                2 => time(|| {
+                    plain_loop(&files, &mut buf);
+                }),
+                _ => {
+                    let (port, gzip) = match which {
+                        3 => (rdmad.port, false),
+                        4 => (rdmad.port, true),
+                        5 => (node.port, false),
+                        _ => (node.port, true),
+                    };
                     let start = Instant::now();
-                    let body = scrape(rdmad.port)?;
-                    t_rdmad.push(start.elapsed());
-                    std::hint::black_box(body);
+                    let got = scrape(port, gzip)?;
+                    let took = start.elapsed();
+                    std::hint::black_box(got);
+                    took
                 }
-                1 => {
-                    let start = Instant::now();
-                    let body = scrape(node.port)?;
-                    t_node.push(start.elapsed());
-                    std::hint::black_box(body);
-                }
-                _ => t_loop.push(time(&mut floor)),
-            }
+            };
+            t[which].push(took);
         }
+    }
+    // rdmad's own CPU per scrape, plain and gzip: ROUNDS back-to-back scrapes each.
+    let ticks_per_second = 100.0; // USER_HZ on Linux
+    let mut cpu_ms = [0.0f64; 2];
+    for (i, gzip) in [false, true].into_iter().enumerate() {
+        let before = rdmad.cpu_ticks()?;
+        for _ in 0..rounds {
+            scrape(rdmad.port, gzip)?;
+        }
+        let ticks = rdmad.cpu_ticks()? - before;
+        cpu_ms[i] = ticks as f64 / ticks_per_second * 1e3 / rounds as f64;
     }
     std::thread::sleep(Duration::from_secs(1));
     let rss_end = (rdmad.rss_kib()?, node.rss_kib()?);
 
-    let p90 = (
-        percentile(t_rdmad.clone(), 0.9),
-        percentile(t_node.clone(), 0.9),
-        percentile(t_loop.clone(), 0.9),
-    );
-    let (r, n, l) = (median(t_rdmad), median(t_node), median(t_loop));
+    let p50: Vec<Duration> = t.iter().map(|v| median(v.clone())).collect();
+    let p90: Vec<Duration> = t.iter().map(|v| percentile(v.clone(), 0.9)).collect();
     println!(
         "sysfs tree: {devices} devices, {} files, {counter_files} counter files; {rounds} interleaved rounds",
         files.len()
     );
+    for (i, name) in STEPS.iter().enumerate() {
+        println!(
+            "{name:<28} p50 {:>8.3} ms  p90 {:>8.3} ms",
+            ms(p50[i]),
+            ms(p90[i])
+        );
+    }
     println!(
-        "rdmad          HTTP scrape  p50 {:>8.3} ms  p90 {:>8.3} ms  series {} (rdma_* {}, counters {rdmad_counters})",
-        ms(r),
-        ms(p90.0),
+        "series: rdmad {} (rdma_* {}), node_exporter {} (node_infiniband_* {})",
         series(&rdmad_text, "")?,
         series(&rdmad_text, "rdma_")?,
-    );
-    println!(
-        "node_exporter  HTTP scrape  p50 {:>8.3} ms  p90 {:>8.3} ms  series {} (node_infiniband_* {})",
-        ms(n),
-        ms(p90.1),
         series(&node_text, "")?,
         series(&node_text, "node_infiniband_")?,
     );
     println!(
-        "open/read/close loop        p50 {:>8.3} ms  p90 {:>8.3} ms  files {}",
-        ms(l),
-        ms(p90.2),
-        files.len()
+        "every counter file exported by rdmad: yes, {counter_files} of {counter_files} (checked by series name)"
+    );
+    let ratio = |a: usize, b: usize| p50[a].as_secs_f64() / p50[b].as_secs_f64();
+    println!(
+        "ratio rdmad/floor (counter files): plain {:.2}x, gzip {:.2}x (target <= 2.0x)",
+        ratio(3, 0),
+        ratio(4, 0)
     );
     println!(
-        "ratio rdmad/node_exporter: {:.2}x (target <= 0.5x)",
-        r.as_secs_f64() / n.as_secs_f64()
+        "ratio rdmad/node_exporter:         plain {:.2}x, gzip {:.2}x (target <= 0.3x)",
+        ratio(3, 5),
+        ratio(4, 6)
+    );
+    let pct = |a: &Scraped, b: &Scraped| 100.0 * a.wire as f64 / b.wire as f64;
+    println!(
+        "bytes on the wire (response, headers included): rdmad plain {} gzip {} ({:.1}%, target <= 10%); node_exporter plain {} gzip {} ({:.1}%)",
+        rdmad_plain.wire,
+        rdmad_gzip.wire,
+        pct(&rdmad_gzip, &rdmad_plain),
+        node_plain.wire,
+        node_gzip.wire,
+        pct(&node_gzip, &node_plain),
     );
     println!(
-        "ratio rdmad/loop:          {:.2}x (target <= 1.3x)",
-        r.as_secs_f64() / l.as_secs_f64()
+        "rdmad CPU per scrape (utime+stime over {rounds} scrapes each): plain {:.2} ms, gzip {:.2} ms",
+        cpu_ms[0], cpu_ms[1]
     );
     println!(
         "idle RSS after start: rdmad {} KiB, node_exporter {} KiB; after the run: rdmad {} KiB, node_exporter {} KiB",

@@ -17,7 +17,7 @@
 //! the sysfs cache period netlink does not report); every other device, and every device when
 //! netlink is off or failed for it, is read whole from sysfs.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use rdmakit::model::{CounterKind, CounterSource, Snapshot, SourceError, Unit};
 
@@ -68,7 +68,8 @@ impl Collector for SysfsCounters {
         // Metric names depend on the source, file name, kind and unit only: computed once
         // per name, not once per device (64 devices of one driver share every name).
         type NameKey<'a> = (CounterSource, CounterKind, Unit, &'a str);
-        let mut metric_names: HashMap<NameKey<'_>, Option<(String, Kind)>> = HashMap::new();
+        let mut metric_names: FxHashMap<NameKey<'_>, Option<(String, Kind)>> =
+            FxHashMap::default();
         for device in &snapshot.devices {
             let driver = device.driver.as_deref();
             let port_counters = device
@@ -89,7 +90,9 @@ impl Collector for SysfsCounters {
                     unexported.push((device.name.clone(), counter.name.clone()));
                     continue;
                 };
-                let mut labels = vec![("device", device.name.clone())];
+                // Sized for both labels: no reallocation when the port is pushed.
+                let mut labels = Vec::with_capacity(2);
+                labels.push(("device", device.name.clone()));
                 if let Some(port) = port {
                     labels.push(("port", port.to_string()));
                 }

@@ -29,7 +29,7 @@
 //! - at most `max` file descriptors are kept (plus one per directory); past that files are
 //!   opened and closed on every snapshot.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -49,7 +49,7 @@ pub struct OpenFiles {
     max: usize,
     open: AtomicUsize,
     generation: AtomicU64,
-    dirs: Mutex<HashMap<PathBuf, Arc<Mutex<DirFiles>>>>,
+    dirs: Mutex<FxHashMap<PathBuf, Arc<Mutex<DirFiles>>>>,
 }
 
 /// st_dev, st_ino, mtime and ctime (seconds, nanoseconds) of a directory.
@@ -67,7 +67,7 @@ pub(crate) struct DirFiles {
     /// Its entries (sorted, without `.` and `..`) and the generation that listed them.
     names: Option<(Vec<String>, u64)>,
     /// Descriptors of its files, by name.
-    files: HashMap<String, OwnedFd>,
+    files: FxHashMap<String, OwnedFd>,
 }
 
 impl OpenFiles {
@@ -77,7 +77,7 @@ impl OpenFiles {
             max,
             open: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
-            dirs: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(FxHashMap::default()),
         }
     }
 
@@ -154,7 +154,7 @@ impl OpenFiles {
     }
 
     /// Keep `fd` for `name` if there is room.
-    pub(crate) fn keep(&self, files: &mut HashMap<String, OwnedFd>, name: &str, fd: OwnedFd) {
+    pub(crate) fn keep(&self, files: &mut FxHashMap<String, OwnedFd>, name: &str, fd: OwnedFd) {
         if self.open.load(Ordering::Relaxed) >= self.max {
             return;
         }
@@ -164,7 +164,7 @@ impl OpenFiles {
     }
 
     /// Forget the descriptor of `name` (it failed).
-    pub(crate) fn forget(&self, files: &mut HashMap<String, OwnedFd>, name: &str) {
+    pub(crate) fn forget(&self, files: &mut FxHashMap<String, OwnedFd>, name: &str) {
         if files.remove(name).is_some() {
             self.open.fetch_sub(1, Ordering::Relaxed);
         }
@@ -211,7 +211,7 @@ impl DirFiles {
     ) -> (
         Option<BorrowedFd<'_>>,
         &[String],
-        &mut HashMap<String, OwnedFd>,
+        &mut FxHashMap<String, OwnedFd>,
     ) {
         let names = self.names.as_ref().map_or(&[][..], |(n, _)| n.as_slice());
         (

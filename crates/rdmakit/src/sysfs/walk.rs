@@ -14,7 +14,7 @@ use crate::sysfs::file::{self, AttrReader, ReadFailure, READ_LIMIT};
 use crate::sysfs::handles::{self, DirFiles, OpenFiles};
 use crate::sysfs::parse;
 use crate::sysfs::ReadOptions;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
@@ -683,7 +683,7 @@ fn read_in_dir(
     attr: &mut AttrReader,
     dir: BorrowedFd<'_>,
     name: &str,
-    cache: Option<(&OpenFiles, &mut HashMap<String, OwnedFd>)>,
+    cache: Option<(&OpenFiles, &mut FxHashMap<String, OwnedFd>)>,
 ) -> Result<usize, ReadFailure> {
     let Some((open_files, files)) = cache else {
         let fd = file::open_at(dir, name)?;
