@@ -426,8 +426,11 @@ fn spawn_host(lab: &Arc<Lab>, i: usize) -> Result<(), LabError> {
     let _ = fs::remove_file(&monitor);
     let _ = fs::remove_file(&tty);
     let accel = vm::pick_accel();
+    // no_timer_check: under TCG on a loaded machine the kernel's early check that the
+    // IO-APIC timer ticks can time out and panic ("IO-APIC + timer doesn't work"); N VMs
+    // booting at once make that likely.
     let append = format!(
-        "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off lab.mode={mode} lab.devices=1 lab.rxe=1 lab.port={RDMAD_PORT} lab.hosts={} lab.host={k}",
+        "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off no_timer_check lab.mode={mode} lab.devices=1 lab.rxe=1 lab.port={RDMAD_PORT} lab.hosts={} lab.host={k}",
         spec.hosts
     );
     let mut user = format!("user,id=n0,hostfwd=tcp:127.0.0.1:{agent_port}-:{AGENT_PORT}");
