@@ -9,7 +9,8 @@
 //! - [`image`] builds (or reuses) the cached base image,
 //! - [`vm`] boots it, runs one command or an interactive shell, and returns the exit code,
 //! - [`multi`] boots N of them on one [`fabric`] (a switch on unix sockets) and injects
-//!   faults on demand.
+//!   faults on demand,
+//! - [`suite`] decides which live test binaries a lab runs and what their results mean.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -21,6 +22,7 @@ pub mod kernel;
 pub mod kmod;
 pub mod multi;
 pub mod packages;
+pub mod suite;
 pub mod vm;
 
 use std::path::{Path, PathBuf};

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use rdma_lab::multi::{self, ControlTarget, MultiMode, MultiSpec};
+use rdma_lab::suite::{self, Counts, TestBinary};
 use rdma_lab::vm::{self, Mode, RunSpec};
 
 /// The port rdmad listens on inside the lab (and by default on the host).
@@ -809,13 +810,7 @@ fn up_multi(a: UpArgs) -> Result<ExitCode> {
     Ok(exit_code(outcome.exit_code))
 }
 
-/// One test binary of the live suite, as cargo reports it.
-#[derive(Debug)]
-struct TestBinary {
-    name: String,
-    path: PathBuf,
-}
-
+/// Build the live suite with cargo; its test binaries ([`suite::test_binaries`]).
 fn build_live_tests(workspace: &Path) -> Result<Vec<TestBinary>> {
     progress("building the live test suite");
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
@@ -836,73 +831,11 @@ fn build_live_tests(workspace: &Path) -> Result<Vec<TestBinary>> {
     if !out.status.success() {
         bail!("building the live test suite failed");
     }
-    let mut bins = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if v["reason"] != "compiler-artifact" {
-            continue;
-        }
-        // Integration tests, and the crate's own unit tests (profile.test on the lib).
-        if v["profile"]["test"] != true {
-            continue;
-        }
-        if let (Some(exe), Some(name)) = (v["executable"].as_str(), v["target"]["name"].as_str()) {
-            let kind = v["target"]["kind"][0].as_str().unwrap_or("test");
-            bins.push(TestBinary {
-                name: if kind == "lib" {
-                    format!("{}-unit", name.replace('-', "_"))
-                } else {
-                    name.to_string()
-                },
-                path: PathBuf::from(exe),
-            });
-        }
-    }
-    bins.sort_by(|a, b| a.name.cmp(&b.name));
-    // The smoke test goes first: if it fails, nothing after it means much.
-    bins.sort_by_key(|b| b.name != "smoke");
+    let bins = suite::test_binaries(&String::from_utf8_lossy(&out.stdout));
     if bins.is_empty() {
         bail!("the live test suite has no test binaries");
     }
     Ok(bins)
-}
-
-/// Totals over libtest's "test result:" lines.
-#[derive(Debug, Default, PartialEq)]
-pub struct Counts {
-    /// Tests that passed.
-    pub passed: u64,
-    /// Tests that failed.
-    pub failed: u64,
-    /// Tests that were ignored.
-    pub ignored: u64,
-}
-
-impl Counts {
-    /// Add one libtest summary line ("test result: ok. 3 passed; 0 failed; 1 ignored; ...").
-    pub fn add_line(&mut self, line: &str) -> bool {
-        let Some(rest) = line.trim().strip_prefix("test result:") else {
-            return false;
-        };
-        for part in rest.split(';') {
-            let words: Vec<&str> = part.split_whitespace().collect();
-            let n = words
-                .iter()
-                .rev()
-                .nth(1)
-                .and_then(|w| w.parse::<u64>().ok())
-                .unwrap_or(0);
-            match words.last() {
-                Some(&"passed") => self.passed += n,
-                Some(&"failed") => self.failed += n,
-                Some(&"ignored") => self.ignored += n,
-                _ => {}
-            }
-        }
-        true
-    }
 }
 
 fn test(a: TestArgs) -> Result<ExitCode> {
@@ -920,27 +853,17 @@ fn test(a: TestArgs) -> Result<ExitCode> {
     };
     let mut files = project_binaries(&vm_args, Some(&ws))?;
     files.extend(course_examples(Some(&ws)));
-    let mut bins = build_live_tests(&ws)?;
-    // The multi-host suite needs a fabric; the single-VM suite everything else.
-    bins.retain(|b| b.name.starts_with(MULTI_HOST_SUITE) == multi_host);
-    if let Some(only) = &a.only {
-        bins.retain(|b| b.name.contains(only.as_str()));
-        if bins.is_empty() {
-            bail!("no live test binary matches --only {only}");
-        }
+    let bins = suite::select(build_live_tests(&ws)?, multi_host, a.only.as_deref());
+    if bins.is_empty() {
+        bail!(
+            "no live test binary matches --only {}",
+            a.only.as_deref().unwrap_or("(none)")
+        );
     }
-    let mut script = String::from("fail=0\n");
     for b in &bins {
-        let guest = format!("/opt/rdma/tests/{}", b.name);
-        files.push((b.path.clone(), guest.clone()));
-        let extra: Vec<String> = a.test_args.iter().map(|s| vm::shell_quote(s)).collect();
-        script.push_str(&format!(
-            "echo '=== live suite: {name}'\n{guest} --test-threads=1 --color never {extra} || fail=1\n",
-            name = b.name,
-            extra = extra.join(" ")
-        ));
+        files.push((b.path.clone(), suite::guest_path(b)));
     }
-    script.push_str("exit $fail\n");
+    let script = suite::script(&bins, &a.test_args);
     let env = vec![
         (
             "RDMACTL_BIN".to_string(),
@@ -966,14 +889,11 @@ fn test(a: TestArgs) -> Result<ExitCode> {
             a.hosts
         ));
         let mut counts = Counts::default();
-        let mut summaries = 0usize;
         // Only h1 runs the suite: its lines as they are, so that libtest's summaries
         // start their lines (tests/run counts them).
         let mut on_line = |_host: &str, line: &str| {
             println!("{line}");
-            if counts.add_line(line) {
-                summaries += 1;
-            }
+            counts.add_line(line);
         };
         let outcome = multi::run(&base, &cache, &spec, &progress, Some(&mut on_line))?;
         if let Some(r) = outcome.all_ready_after {
@@ -988,7 +908,6 @@ fn test(a: TestArgs) -> Result<ExitCode> {
         return Ok(suite_verdict(
             outcome.exit_code,
             counts,
-            summaries,
             bins.len(),
             a.timeout,
         ));
@@ -1003,12 +922,9 @@ fn test(a: TestArgs) -> Result<ExitCode> {
         bins.len()
     ));
     let mut counts = Counts::default();
-    let mut summaries = 0usize;
     let mut on_line = |line: &str| {
         println!("{line}");
-        if counts.add_line(line) {
-            summaries += 1;
-        }
+        counts.add_line(line);
     };
     let outcome = vm::run(&base, &cache, &spec, &progress, Some(&mut on_line))?;
     if let Some(r) = outcome.ready_after {
@@ -1021,32 +937,20 @@ fn test(a: TestArgs) -> Result<ExitCode> {
     Ok(suite_verdict(
         outcome.exit_code,
         counts,
-        summaries,
         bins.len(),
         a.timeout,
     ))
 }
 
-/// Test binaries of the multi-host suite are named `multihost*` (tests/live/tests/).
-const MULTI_HOST_SUITE: &str = "multihost";
-
-/// The suite's exit code from the VM's, libtest's summaries, and how many binaries ran.
-fn suite_verdict(
-    vm_code: i32,
-    mut counts: Counts,
-    summaries: usize,
-    binaries: usize,
-    timeout: u64,
-) -> ExitCode {
-    if summaries < binaries {
-        // A binary that crashed or was never reached prints no summary: that is a failure.
-        counts.failed += (binaries - summaries) as u64;
+/// Print the totals and turn them into the suite's exit code.
+fn suite_verdict(vm_code: i32, counts: Counts, binaries: usize, timeout: u64) -> ExitCode {
+    if counts.summaries < binaries {
         eprintln!(
-            "lab: {} of {} test binaries printed no result",
-            binaries - summaries,
-            binaries
+            "lab: {} of {binaries} test binaries printed no result",
+            binaries - counts.summaries
         );
     }
+    let counts = counts.finish(binaries);
     println!(
         "live: {} passed, {} failed, {} ignored",
         counts.passed, counts.failed, counts.ignored
@@ -1054,7 +958,7 @@ fn suite_verdict(
     if vm_code == vm::EXIT_TIMEOUT {
         eprintln!("lab: the live suite timed out after {timeout} s");
     }
-    if vm_code == 0 && counts.failed == 0 && counts.passed > 0 {
+    if counts.passed_with(vm_code) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -1064,24 +968,6 @@ fn suite_verdict(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn libtest_summaries_are_counted() {
-        let mut c = Counts::default();
-        assert!(c.add_line(
-            "test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s"
-        ));
-        assert!(c.add_line("test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured"));
-        assert!(!c.add_line("running 3 tests"));
-        assert_eq!(
-            c,
-            Counts {
-                passed: 4,
-                failed: 2,
-                ignored: 1
-            }
-        );
-    }
 
     #[test]
     fn forward_specs_are_checked() {
