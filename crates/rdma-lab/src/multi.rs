@@ -239,6 +239,7 @@ pub fn run(
     if host::which("qemu-system-x86_64").is_none() {
         host::ensure_tools(progress)?;
     }
+    require_dgram_netdev()?;
     // Short: unix socket paths are limited to 108 bytes.
     let dir = cache.join("runs").join(format!(
         "m{}-{}",
@@ -261,6 +262,29 @@ pub fn run(
     }
     let _ = fs::remove_dir_all(&dir);
     result
+}
+
+/// The fabric needs qemu's `dgram` netdev (qemu 7.2 and later): say so before booting.
+fn require_dgram_netdev() -> Result<(), LabError> {
+    let out = Command::new("qemu-system-x86_64")
+        .args(["-netdev", "help"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| LabError::Tool {
+            tool: "qemu-system-x86_64 -netdev help".into(),
+            detail: e.to_string(),
+        })?;
+    if String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == "dgram")
+    {
+        Ok(())
+    } else {
+        Err(LabError::Tool {
+            tool: "qemu-system-x86_64".into(),
+            detail: "this qemu has no `dgram` netdev, which the multi-host fabric needs (qemu 7.2 or later, e.g. Debian bookworm's qemu-system-x86)".into(),
+        })
+    }
 }
 
 fn run_in(
