@@ -161,7 +161,15 @@ if [ "$HOSTS" -ge 2 ]; then
     fi
     # Shell (h1 of `lab up`) or idle host: a login shell on ttyS1, again after each exit on
     # idle hosts (`rdmactl lab ssh hK` attaches to it).
-    [ -f /etc/lab/motd ] && [ "$MODE" = shell ] && cat /etc/lab/motd > $IO
+    if [ "$MODE" = shell ]; then
+        {
+            echo
+            echo "  Multi-host lab: this is $LAB_HOST of h1..h$HOSTS; rxe0 is on eth1 (10.2.0.$HOST),"
+            echo "  the fabric. Other hosts: ping h2, nslookup rdmad.lab, ib_write_bw -d rxe0 -x 1 h2."
+            echo "  Faults from here: rdmactl lab fault link h2 down | netem h2 loss 5% | kill h3 ..."
+            echo "  Other hosts' shells: rdmactl lab ssh h2 (on the machine running the lab)."
+        } > $IO
+    fi
     if [ "$MODE" = shell ]; then
         setsid -c sh -l < $IO > $IO 2>&1
         finish $?
