@@ -16,6 +16,8 @@ use crate::{host, kernel, kmod, packages, LabError, Progress};
 pub const INIT_SH: &str = include_str!("../assets/init.sh");
 /// What the interactive lab shell prints first.
 pub const MOTD: &str = include_str!("../assets/motd");
+/// The multi-host lab's command agent (served on port 7001 of every host).
+pub const AGENT_SH: &str = include_str!("../assets/agent.sh");
 /// Bump when the image layout changes in a way the stamp would not notice.
 const BUILDER_VERSION: &str = "rdma-lab image v1";
 
@@ -101,6 +103,8 @@ pub fn ensure_base(cache: &Path, progress: &Progress) -> Result<BaseImage, LabEr
     }
     w.file("init", 0o755, INIT_SH.as_bytes()).map_err(io)?;
     w.file("etc/lab/motd", 0o644, MOTD.as_bytes()).map_err(io)?;
+    w.file("etc/lab/agent", 0o755, AGENT_SH.as_bytes())
+        .map_err(io)?;
     w.file("etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\n")
         .map_err(io)?;
     w.file("etc/group", 0o644, b"root:x:0:\n").map_err(io)?;
@@ -166,9 +170,10 @@ fn stamp(debs: &[PathBuf]) -> String {
         .collect();
     names.sort();
     format!(
-        "{BUILDER_VERSION}\ninit {:016x}\nmotd {:016x}\n{}\n",
+        "{BUILDER_VERSION}\ninit {:016x}\nmotd {:016x}\nagent {:016x}\n{}\n",
         fnv1a(INIT_SH.as_bytes()),
         fnv1a(MOTD.as_bytes()),
+        fnv1a(AGENT_SH.as_bytes()),
         names.join("\n")
     )
 }

@@ -17,6 +17,8 @@ pub const LAB_MODULES: &[&str] = &[
     "ib_uverbs",
     "rdma_ucm",
     "ib_umad",
+    // tc netem faults on the multi-host lab's fabric links.
+    "sch_netem",
 ];
 
 /// The `depends=` list of a module file, read from its `.modinfo` strings.

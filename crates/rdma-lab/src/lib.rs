@@ -7,16 +7,22 @@
 //! freshly built binaries and the command) and boots in about five seconds.
 //!
 //! - [`image`] builds (or reuses) the cached base image,
-//! - [`vm`] boots it, runs one command or an interactive shell, and returns the exit code.
+//! - [`vm`] boots it, runs one command or an interactive shell, and returns the exit code,
+//! - [`multi`] boots N of them on one [`fabric`] (a switch on unix sockets) and injects
+//!   faults on demand,
+//! - [`suite`] decides which live test binaries a lab runs and what their results mean.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod cpio;
+pub mod fabric;
 pub mod host;
 pub mod image;
 pub mod kernel;
 pub mod kmod;
+pub mod multi;
 pub mod packages;
+pub mod suite;
 pub mod vm;
 
 use std::path::{Path, PathBuf};

@@ -45,15 +45,35 @@ pub const USERSPACE: &[&str] = &[
     "libtinfo6",
     "libutempter0",
     "ncurses-base",
+    // tc (iproute2) for the multi-host lab's netem faults needs libxtables.
+    "libxtables12",
+    // dnsmasq answers the multi-host lab's names, group name and SRV records on the fabric.
+    "dnsmasq-base",
+    "libdbus-1-3",
+    "libsystemd0",
+    "libgcrypt20",
+    "libgpg-error0",
+    "liblzma5",
+    "libzstd1",
+    "liblz4-1",
+    "libidn2-0",
+    "libunistring2",
+    "libnetfilter-conntrack3",
+    "libnfnetlink0",
+    "libnettle8",
+    "libhogweed6",
+    "libgmp10",
+    "libnftables1",
+    "libnftnl11",
+    "libjansson4",
 ];
 
 /// Files of those packages left out of the image: their libraries (SELinux, Kerberos via
-/// libtirpc, xtables, Berkeley DB) would double its size and no lab task needs them.
+/// libtirpc, Berkeley DB, libatm) would double its size and no lab task needs them.
 pub const LEFT_OUT: &[&str] = &[
     "bin/ss",
-    "sbin/tc",
     "usr/sbin/arpd",
-    "usr/lib/x86_64-linux-gnu/tc/",
+    "usr/lib/x86_64-linux-gnu/tc/q_atm.so",
 ];
 
 /// The kernel image package `linux-image-amd64` depends on (override: RDMA_LAB_KERNEL_PKG).

@@ -155,20 +155,21 @@ pub fn pick_accel() -> &'static str {
     }
 }
 
-fn payload(spec: &RunSpec, out: &Path) -> Result<(), LabError> {
+fn payload(
+    argv: Option<&[String]>,
+    env: &[(String, String)],
+    files: &[(PathBuf, String)],
+    out: &Path,
+) -> Result<(), LabError> {
     let file = fs::File::create(out).map_err(|e| LabError::io(out, e))?;
     let mut w = CpioWriter::new(std::io::BufWriter::new(file));
     let io = |e: std::io::Error| LabError::io(out, e);
     w.dir("opt/rdma/bin", 0o755).map_err(io)?;
-    if let Mode::Run(argv) = &spec.mode {
-        w.file(
-            "opt/rdma/cmd",
-            0o755,
-            command_script(argv, &spec.env).as_bytes(),
-        )
-        .map_err(io)?;
+    if let Some(argv) = argv {
+        w.file("opt/rdma/cmd", 0o755, command_script(argv, env).as_bytes())
+            .map_err(io)?;
     }
-    for (host_path, guest) in &spec.files {
+    for (host_path, guest) in files {
         let data = fs::read(host_path).map_err(|e| LabError::io(host_path, e))?;
         use std::os::unix::fs::PermissionsExt;
         let mode = fs::metadata(host_path)
@@ -184,6 +185,27 @@ fn payload(spec: &RunSpec, out: &Path) -> Result<(), LabError> {
 /// directory is removed when the run ends, so a pidfile naming a live qemu is a VM left behind
 /// (tests/run checks that none is).
 pub const QEMU_PIDFILE: &str = "qemu.pid";
+
+/// Write `initrd`: the base initramfs followed by a payload archive (built in `extra`) with
+/// the command script (when `argv` is given) and the files; the kernel unpacks both in turn.
+pub(crate) fn build_initrd(
+    base: &BaseImage,
+    initrd: &Path,
+    extra: &Path,
+    argv: Option<&[String]>,
+    env: &[(String, String)],
+    files: &[(PathBuf, String)],
+) -> Result<(), LabError> {
+    fs::copy(&base.initrd, initrd).map_err(|e| LabError::io(initrd, e))?;
+    payload(argv, env, files, extra)?;
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(initrd)
+        .map_err(|e| LabError::io(initrd, e))?;
+    let data = fs::read(extra).map_err(|e| LabError::io(extra, e))?;
+    f.write_all(&data).map_err(|e| LabError::io(initrd, e))?;
+    Ok(())
+}
 
 /// Boot the lab, run `spec`, and wait. Output lines of a run go to `on_line` when given,
 /// else straight to our stdout.
@@ -206,7 +228,7 @@ pub fn run(
     result
 }
 
-fn nanos() -> u128 {
+pub(crate) fn nanos() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -220,19 +242,19 @@ fn run_in(
     spec: &RunSpec,
     on_line: Option<&mut dyn FnMut(&str)>,
 ) -> Result<RunOutcome, LabError> {
-    // base + payload, concatenated: the kernel unpacks both archives in turn.
     let initrd = run_dir.join("initrd.cpio");
-    fs::copy(&base.initrd, &initrd).map_err(|e| LabError::io(&initrd, e))?;
-    let extra = run_dir.join("payload.cpio");
-    payload(spec, &extra)?;
-    {
-        let mut f = fs::OpenOptions::new()
-            .append(true)
-            .open(&initrd)
-            .map_err(|e| LabError::io(&initrd, e))?;
-        let data = fs::read(&extra).map_err(|e| LabError::io(&extra, e))?;
-        f.write_all(&data).map_err(|e| LabError::io(&initrd, e))?;
-    }
+    let argv = match &spec.mode {
+        Mode::Run(argv) => Some(argv.as_slice()),
+        Mode::Shell => None,
+    };
+    build_initrd(
+        base,
+        &initrd,
+        &run_dir.join("payload.cpio"),
+        argv,
+        &spec.env,
+        &spec.files,
+    )?;
     let console = run_dir.join("console.log");
     let kept_console = cache.join("last-console.log");
 
@@ -368,7 +390,7 @@ pub fn ready_time(log: &str) -> Option<Duration> {
     value.parse::<f64>().ok().map(Duration::from_secs_f64)
 }
 
-fn tail(log: &str) -> String {
+pub(crate) fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
     if lines.is_empty() {
         return String::new();

@@ -11,6 +11,8 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use rdma_lab::multi::{self, ControlTarget, MultiMode, MultiSpec};
+use rdma_lab::suite::{self, Counts, TestBinary};
 use rdma_lab::vm::{self, Mode, RunSpec};
 
 /// The port rdmad listens on inside the lab (and by default on the host).
@@ -33,6 +35,24 @@ enum LabCommand {
     Run(RunArgs),
     /// Build the live test suite and run all of it in one lab boot.
     Test(TestArgs),
+    /// Inject a fault into a running multi-host lab (from this machine or inside a host).
+    ///
+    /// netem hK ARGS (tc netem on hK's fabric egress, e.g. `loss 5%`, `delay 20ms 5ms`,
+    /// `reorder 25% gap 5`, `corrupt 1%`) | clear hK | link hK down|up | partition hA hB |
+    /// heal [hA hB] | kill hK | restart hK. Each fault is logged with a UTC timestamp.
+    Fault(FaultArgs),
+    /// Run a shell command on one host of a running multi-host lab; returns its exit code.
+    Exec(ExecArgs),
+    /// Show the hosts of a running multi-host lab (state, link, netem, fabric frames).
+    Status(ControlArgs),
+    /// Attach this terminal to a host's serial console shell (Ctrl-] detaches).
+    Ssh(SshArgs),
+    /// (internal) What qemu runs for each guest connection to the lab controller.
+    #[command(hide = true)]
+    Relay {
+        /// The control socket.
+        socket: PathBuf,
+    },
     /// Build (or check) the cached lab image and print where it is.
     Build,
     /// Remove the lab cache (downloaded packages and the image).
@@ -44,12 +64,17 @@ struct VmArgs {
     /// 1: rxe0 on eth0. 2: also rxe_a and rxe_b on a veth pair (10.1.0.1 and 10.1.0.2).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
     devices: u32,
-    /// Guest memory in MiB (registering N bytes of memory pins N bytes of guest RAM).
-    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u32).range(256..=16384))]
-    memory: u32,
-    /// Guest CPUs.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
-    cpus: u32,
+    /// Guest memory in MiB, per host (registering N bytes of memory pins N bytes of guest
+    /// RAM). Default 2048 for one host, 768 per host for --hosts 2 and more.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(256..=16384))]
+    memory: Option<u32>,
+    /// Guest CPUs, per host. Default 2 for one host, 1 per host for --hosts 2 and more.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=8))]
+    cpus: Option<u32>,
+    /// Hosts: 1 is the single-VM lab; 2..6 boot h1..hN on one fabric (10.2.0.K/24, rxe0
+    /// on eth1, DNS on h1 for hK.lab, rdmad.lab and _rdmad-probe._tcp.rdmad.lab).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=6))]
+    hosts: u32,
     /// Copy a host file into the VM: HOST[:GUEST]; GUEST defaults to /opt/rdma/extra/<name>.
     #[arg(long = "add", value_name = "HOST[:GUEST]")]
     add: Vec<String>,
@@ -78,9 +103,14 @@ struct RunArgs {
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
     /// Forward 127.0.0.1:HOST on this machine to GUEST in the VM (e.g. to scrape an rdmad
-    /// started by CMD from a Prometheus on the host): HOST:GUEST, repeatable.
-    #[arg(long = "forward", value_name = "HOST:GUEST")]
+    /// started by CMD from a Prometheus on the host): HOST:GUEST, repeatable. With --hosts:
+    /// hK:HOST:GUEST for one host, or HOST:GUEST for HOST, HOST+1, ... on h1, h2, ...
+    #[arg(long = "forward", value_name = "[hK:]HOST:GUEST")]
     forward: Vec<String>,
+    /// With --hosts: run CMD on this host only (the others idle); default: on every host.
+    /// CMD sees its host's name in $LAB_HOST.
+    #[arg(long, value_name = "hK")]
+    on: Option<String>,
     /// Boot WITHOUT rdma_rxe (no RDMA device): proves that live tests fail without one.
     #[arg(long)]
     no_rxe: bool,
@@ -90,7 +120,58 @@ struct RunArgs {
 }
 
 #[derive(clap::Args, Debug)]
+struct ControlArgs {
+    /// The control socket of the lab (default: the last lab started from this cache; inside
+    /// a host: the controller at 10.0.2.100:7000).
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+struct FaultArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+    /// The fault: netem hK ARGS.. | clear hK | link hK down|up | partition hA hB |
+    /// heal [hA hB] | kill hK | restart hK.
+    #[arg(
+        trailing_var_arg = true,
+        required = true,
+        allow_hyphen_values = true,
+        value_name = "FAULT"
+    )]
+    fault: Vec<String>,
+}
+
+#[derive(clap::Args, Debug)]
+struct ExecArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+    /// The host (h1..hN).
+    host: String,
+    /// The command (run by the host's sh).
+    #[arg(
+        trailing_var_arg = true,
+        required = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    command: Vec<String>,
+}
+
+#[derive(clap::Args, Debug)]
+struct SshArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+    /// The host (h2..hN; h1's shell is the terminal of `lab up`).
+    host: String,
+}
+
+#[derive(clap::Args, Debug)]
 struct TestArgs {
+    /// 1: the single-VM suite. 2..6: the multi-host suite (tests/live/tests/multihost*.rs)
+    /// runs on h1 of a lab of this many hosts.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=6))]
+    hosts: u32,
     /// Hard time limit in seconds for the whole suite.
     #[arg(long, default_value_t = 1800)]
     timeout: u64,
@@ -111,6 +192,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
         LabCommand::Up(a) => up(a),
         LabCommand::Run(a) => run_cmd(a),
         LabCommand::Test(a) => test(a),
+        LabCommand::Fault(a) => fault(a),
+        LabCommand::Exec(a) => exec(a),
+        LabCommand::Status(a) => status(a),
+        LabCommand::Ssh(a) => ssh(a),
+        LabCommand::Relay { socket } => {
+            rdma_lab::multi::relay(&socket)
+                .with_context(|| format!("relaying to {}", socket.display()))?;
+            Ok(ExitCode::SUCCESS)
+        }
         LabCommand::Build => {
             let (cache, _) = locate()?;
             let base = build_image(&cache)?;
@@ -337,11 +427,64 @@ fn spec_from(vm: &VmArgs, files: Vec<(PathBuf, String)>) -> Result<RunSpec> {
     }
     Ok(RunSpec {
         devices: vm.devices,
-        memory_mib: vm.memory,
-        cpus: vm.cpus,
+        memory_mib: vm.memory.unwrap_or(2048),
+        cpus: vm.cpus.unwrap_or(2),
         files,
         ..RunSpec::default()
     })
+}
+
+/// Per-host memory and CPUs of a multi-host lab: small, N of them share this machine.
+const MULTI_MEMORY_MIB: u32 = 768;
+const MULTI_CPUS: u32 = 1;
+
+fn multi_spec_from(
+    vm: &VmArgs,
+    files: Vec<(PathBuf, String)>,
+    mode: MultiMode,
+) -> Result<MultiSpec> {
+    if vm.devices != 1 {
+        bail!("--devices 2 (the veth pair) is for the single-host lab; a multi-host lab has rxe0 per host");
+    }
+    let mut files = files;
+    for a in &vm.add {
+        files.push(parse_add(a)?);
+    }
+    let exe = std::env::current_exe().context("locating this rdmactl for the lab relay")?;
+    let exe = exe.to_string_lossy().to_string();
+    if exe.contains([' ', ',']) {
+        bail!("the lab relay path {exe:?} has a space or comma, which qemu's guestfwd cannot take");
+    }
+    Ok(MultiSpec {
+        hosts: vm.hosts as usize,
+        mode,
+        memory_mib: vm.memory.unwrap_or(MULTI_MEMORY_MIB),
+        cpus: vm.cpus.unwrap_or(MULTI_CPUS),
+        timeout: None,
+        files,
+        env: Vec::new(),
+        forwards: Vec::new(),
+        relay: vec![exe, "lab".into(), "relay".into()],
+    })
+}
+
+/// `[hK:]HOST:GUEST` for a lab of `hosts`: (host index, host port, guest port) entries.
+fn parse_multi_forward(spec: &str, hosts: usize) -> Result<Vec<(usize, u16, u16)>> {
+    if let Some((h, rest)) = spec.split_once(':').filter(|(h, _)| h.starts_with('h')) {
+        let i = rdma_lab::multi::parse_host(h, hosts)
+            .map_err(|e| anyhow::anyhow!("--forward {spec}: {e}"))?;
+        let (hp, gp) = parse_forward(rest)?;
+        return Ok(vec![(i, hp, gp)]);
+    }
+    let (hp, gp) = parse_forward(spec)?;
+    (0..hosts)
+        .map(|i| {
+            let p = u16::try_from(usize::from(hp) + i)
+                .ok()
+                .with_context(|| format!("--forward {spec}: port {hp}+{i} is out of range"))?;
+            Ok((i, p, gp))
+        })
+        .collect()
 }
 
 fn exit_code(code: i32) -> ExitCode {
@@ -349,6 +492,12 @@ fn exit_code(code: i32) -> ExitCode {
 }
 
 fn run_cmd(a: RunArgs) -> Result<ExitCode> {
+    if a.vm.hosts > 1 {
+        return run_multi(a);
+    }
+    if a.on.is_some() {
+        bail!("--on hK needs --hosts 2 or more");
+    }
     let (cache, workspace) = locate()?;
     let base = build_image(&cache)?;
     let mut bins = project_binaries(&a.vm, workspace.as_deref())?;
@@ -377,6 +526,211 @@ fn run_cmd(a: RunArgs) -> Result<ExitCode> {
     Ok(exit_code(outcome.exit_code))
 }
 
+fn parse_env(list: &[String]) -> Result<Vec<(String, String)>> {
+    list.iter()
+        .map(|kv| {
+            let (k, v) = kv
+                .split_once('=')
+                .with_context(|| format!("--env {kv}: expected KEY=VALUE"))?;
+            Ok((k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+fn run_multi(a: RunArgs) -> Result<ExitCode> {
+    if a.no_rxe {
+        bail!("--no-rxe is for the single-host lab");
+    }
+    let hosts = a.vm.hosts as usize;
+    let on =
+        a.on.as_deref()
+            .map(|h| multi::parse_host(h, hosts).map_err(|e| anyhow::anyhow!("--on: {e}")))
+            .transpose()?;
+    let mut forwards = Vec::new();
+    for f in &a.forward {
+        forwards.extend(parse_multi_forward(f, hosts)?);
+    }
+    let (cache, workspace) = locate()?;
+    let base = build_image(&cache)?;
+    let mut bins = project_binaries(&a.vm, workspace.as_deref())?;
+    bins.extend(course_examples(workspace.as_deref()));
+    let mode = MultiMode::Run {
+        on,
+        argv: a.command.clone(),
+    };
+    let mut spec = multi_spec_from(&a.vm, bins, mode)?;
+    spec.timeout = Some(Duration::from_secs(a.timeout));
+    spec.env = parse_env(&a.env)?;
+    spec.forwards = forwards;
+    let outcome = multi::run(&base, &cache, &spec, &progress, None)?;
+    if let Some(r) = outcome.all_ready_after {
+        progress(&format!(
+            "all {hosts} hosts ACTIVE {:.1} s after the first qemu started; the run took {:.1} s",
+            r.as_secs_f64(),
+            outcome.elapsed.as_secs_f64()
+        ));
+    }
+    let codes: Vec<String> = outcome
+        .host_codes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.map(|c| format!("{}={c}", multi::host_name(i))))
+        .collect();
+    if !codes.is_empty() {
+        progress(&format!("exit codes: {}", codes.join(" ")));
+    }
+    progress(&format!(
+        "consoles and fault log kept in {}",
+        outcome.console_dir.display()
+    ));
+    Ok(exit_code(outcome.exit_code))
+}
+
+/// Where `lab fault|exec|status|ssh` talk to: --control, $RDMA_LAB_CONTROL, the controller
+/// of this host's lab when run inside a multi-host lab, else the last lab of this cache.
+fn control_target(c: &ControlArgs) -> Result<ControlTarget> {
+    if let Some(p) = &c.control {
+        return Ok(ControlTarget::Unix(p.clone()));
+    }
+    if let Some(p) = std::env::var_os("RDMA_LAB_CONTROL") {
+        return Ok(ControlTarget::Unix(PathBuf::from(p)));
+    }
+    if Path::new("/etc/lab/fabric").is_file() {
+        return Ok(ControlTarget::Guest);
+    }
+    let (cache, _) = locate()?;
+    let pointer = multi::control_pointer(&cache);
+    let path = std::fs::read_to_string(&pointer).with_context(|| {
+        format!(
+            "no running multi-host lab ({} is missing; start one with `rdmactl lab up --hosts 3` or `lab run --hosts N`, or pass --control)",
+            pointer.display()
+        )
+    })?;
+    Ok(ControlTarget::Unix(PathBuf::from(path.trim())))
+}
+
+fn control_text(target: &ControlTarget, line: &str) -> Result<String> {
+    let mut out = Vec::new();
+    multi::request(target, line, &mut out)
+        .with_context(|| format!("talking to the lab controller ({target:?})"))?;
+    Ok(String::from_utf8_lossy(&out).to_string())
+}
+
+/// Print a controller answer; exit 0 for `ok`, 1 for `error`.
+fn answer(text: &str) -> ExitCode {
+    let last = text.lines().last().unwrap_or("");
+    if text.starts_with("ok") {
+        println!(
+            "{}",
+            text.trim_end()
+                .strip_prefix("ok ")
+                .unwrap_or(text.trim_end())
+        );
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "lab: {}",
+            last.strip_prefix("error ").unwrap_or(if last.is_empty() {
+                "no answer from the lab controller"
+            } else {
+                last
+            })
+        );
+        ExitCode::from(1)
+    }
+}
+
+fn fault(a: FaultArgs) -> Result<ExitCode> {
+    let target = control_target(&a.control)?;
+    let text = control_text(&target, &format!("fault {}", a.fault.join(" ")))?;
+    Ok(answer(&text))
+}
+
+fn status(a: ControlArgs) -> Result<ExitCode> {
+    let target = control_target(&a)?;
+    Ok(answer(&control_text(&target, "status")?))
+}
+
+fn exec(a: ExecArgs) -> Result<ExitCode> {
+    let target = control_target(&a.control)?;
+    let script = a.command.join(" ");
+    let text = control_text(
+        &target,
+        &format!("exec {} {}", a.host, multi::base64(script.as_bytes())),
+    )?;
+    let mut code = None;
+    for line in text.lines() {
+        if let Some(c) = line.strip_prefix("LAB-AGENT-EXIT=") {
+            code = c.trim().parse::<i32>().ok();
+        } else if let Some(e) = line.strip_prefix("error ") {
+            eprintln!("lab: {e}");
+        } else {
+            println!("{line}");
+        }
+    }
+    Ok(exit_code(code.unwrap_or(vm::EXIT_LAB_FAILURE)))
+}
+
+fn ssh(a: SshArgs) -> Result<ExitCode> {
+    let target = control_target(&a.control)?;
+    let ControlTarget::Unix(control) = target else {
+        bail!("`lab ssh` runs on the machine that runs the lab (inside a host, use `lab exec`)");
+    };
+    let dir = control
+        .parent()
+        .context("control socket has no directory")?;
+    let tty = dir.join(format!("{}.tty", a.host));
+    if !tty.exists() {
+        bail!(
+            "{} has no console socket ({}): h1's shell is the terminal of `lab up`, and hosts are h2..hN",
+            a.host,
+            tty.display()
+        );
+    }
+    let sock = std::os::unix::net::UnixStream::connect(&tty)
+        .with_context(|| format!("connecting to {}", tty.display()))?;
+    eprintln!(
+        "lab: attached to {}'s console; press Enter for a prompt, Ctrl-] to detach",
+        a.host
+    );
+    crossterm::terminal::enable_raw_mode().context("setting the terminal to raw mode")?;
+    let mut down = sock.try_clone()?;
+    let printer = std::thread::spawn(move || {
+        let mut out = std::io::stdout();
+        let mut buf = [0u8; 4096];
+        loop {
+            match std::io::Read::read(&mut down, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let _ = std::io::Write::write_all(&mut out, &buf[..n]);
+                    let _ = std::io::Write::flush(&mut out);
+                }
+            }
+        }
+    });
+    let mut up = sock;
+    let mut stdin = std::io::stdin();
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = match std::io::Read::read(&mut stdin, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some(pos) = buf[..n].iter().position(|b| *b == 0x1d) {
+            let _ = std::io::Write::write_all(&mut up, &buf[..pos]);
+            break;
+        }
+        if std::io::Write::write_all(&mut up, &buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = up.shutdown(std::net::Shutdown::Both);
+    let _ = printer.join();
+    let _ = crossterm::terminal::disable_raw_mode();
+    eprintln!("\r\nlab: detached from {}", a.host);
+    Ok(ExitCode::SUCCESS)
+}
+
 /// A free TCP port on 127.0.0.1: `want` if free, else one the OS picks.
 fn free_port(want: u16) -> Result<u16> {
     if TcpListener::bind(("127.0.0.1", want)).is_ok() {
@@ -387,6 +741,9 @@ fn free_port(want: u16) -> Result<u16> {
 }
 
 fn up(a: UpArgs) -> Result<ExitCode> {
+    if a.vm.hosts > 1 {
+        return up_multi(a);
+    }
     let (cache, workspace) = locate()?;
     let base = build_image(&cache)?;
     let mut bins = project_binaries(&a.vm, workspace.as_deref())?;
@@ -412,13 +769,48 @@ fn up(a: UpArgs) -> Result<ExitCode> {
     Ok(exit_code(outcome.exit_code))
 }
 
-/// One test binary of the live suite, as cargo reports it.
-#[derive(Debug)]
-struct TestBinary {
-    name: String,
-    path: PathBuf,
+fn up_multi(a: UpArgs) -> Result<ExitCode> {
+    let hosts = a.vm.hosts as usize;
+    let (cache, workspace) = locate()?;
+    let base = build_image(&cache)?;
+    let mut bins = project_binaries(&a.vm, workspace.as_deref())?;
+    bins.extend(course_examples(workspace.as_deref()));
+    let mut spec = multi_spec_from(&a.vm, bins, MultiMode::Shell)?;
+    let mut ports = Vec::new();
+    for i in 0..hosts {
+        let want = a.port.saturating_add(i as u16);
+        let mut p = free_port(want)?;
+        while ports.contains(&p) {
+            p = free_port(0)?;
+        }
+        ports.push(p);
+        spec.forwards.push((i, p, RDMAD_PORT));
+    }
+    eprintln!();
+    eprintln!(
+        "lab: booting {hosts} Soft-RoCE hosts on one fabric (kernel {})",
+        base.kernel_release
+    );
+    for (i, p) in ports.iter().enumerate() {
+        eprintln!(
+            "lab: {} rdmad metrics:  http://127.0.0.1:{p}/metrics",
+            multi::host_name(i)
+        );
+    }
+    eprintln!("lab: the shell below is h1; `exit` powers every host off.");
+    eprintln!("lab: other hosts, from another terminal:  rdmactl lab ssh h2   (Ctrl-] detaches)");
+    eprintln!("lab:                  or one command:     rdmactl lab exec h2 -- rdma link");
+    eprintln!("lab: faults:  rdmactl lab fault link h2 down | netem h2 loss 5% | partition h1 h2 | kill h3 | restart h3");
+    let outcome = multi::run(&base, &cache, &spec, &progress, None)?;
+    eprintln!(
+        "lab: the hosts are off (ran {:.0} s; fault log {})",
+        outcome.elapsed.as_secs_f64(),
+        outcome.fault_log.display()
+    );
+    Ok(exit_code(outcome.exit_code))
 }
 
+/// Build the live suite with cargo; its test binaries ([`suite::test_binaries`]).
 fn build_live_tests(workspace: &Path) -> Result<Vec<TestBinary>> {
     progress("building the live test suite");
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
@@ -439,127 +831,100 @@ fn build_live_tests(workspace: &Path) -> Result<Vec<TestBinary>> {
     if !out.status.success() {
         bail!("building the live test suite failed");
     }
-    let mut bins = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if v["reason"] != "compiler-artifact" {
-            continue;
-        }
-        // Integration tests, and the crate's own unit tests (profile.test on the lib).
-        if v["profile"]["test"] != true {
-            continue;
-        }
-        if let (Some(exe), Some(name)) = (v["executable"].as_str(), v["target"]["name"].as_str()) {
-            let kind = v["target"]["kind"][0].as_str().unwrap_or("test");
-            bins.push(TestBinary {
-                name: if kind == "lib" {
-                    format!("{}-unit", name.replace('-', "_"))
-                } else {
-                    name.to_string()
-                },
-                path: PathBuf::from(exe),
-            });
-        }
-    }
-    bins.sort_by(|a, b| a.name.cmp(&b.name));
-    // The smoke test goes first: if it fails, nothing after it means much.
-    bins.sort_by_key(|b| b.name != "smoke");
+    let bins = suite::test_binaries(&String::from_utf8_lossy(&out.stdout));
     if bins.is_empty() {
         bail!("the live test suite has no test binaries");
     }
     Ok(bins)
 }
 
-/// Totals over libtest's "test result:" lines.
-#[derive(Debug, Default, PartialEq)]
-pub struct Counts {
-    /// Tests that passed.
-    pub passed: u64,
-    /// Tests that failed.
-    pub failed: u64,
-    /// Tests that were ignored.
-    pub ignored: u64,
-}
-
-impl Counts {
-    /// Add one libtest summary line ("test result: ok. 3 passed; 0 failed; 1 ignored; ...").
-    pub fn add_line(&mut self, line: &str) -> bool {
-        let Some(rest) = line.trim().strip_prefix("test result:") else {
-            return false;
-        };
-        for part in rest.split(';') {
-            let words: Vec<&str> = part.split_whitespace().collect();
-            let n = words
-                .iter()
-                .rev()
-                .nth(1)
-                .and_then(|w| w.parse::<u64>().ok())
-                .unwrap_or(0);
-            match words.last() {
-                Some(&"passed") => self.passed += n,
-                Some(&"failed") => self.failed += n,
-                Some(&"ignored") => self.ignored += n,
-                _ => {}
-            }
-        }
-        true
-    }
-}
-
 fn test(a: TestArgs) -> Result<ExitCode> {
     let (cache, workspace) = locate()?;
     let ws = workspace.context("`lab test` runs from a checkout of the project")?;
     let base = build_image(&cache)?;
+    let multi_host = a.hosts > 1;
     let vm_args = VmArgs {
-        devices: 2,
-        memory: 2048,
-        cpus: 2,
+        devices: if multi_host { 1 } else { 2 },
+        memory: None,
+        cpus: None,
+        hosts: a.hosts,
         add: Vec::new(),
         bin_dir: None,
     };
     let mut files = project_binaries(&vm_args, Some(&ws))?;
     files.extend(course_examples(Some(&ws)));
-    let mut bins = build_live_tests(&ws)?;
-    if let Some(only) = &a.only {
-        bins.retain(|b| b.name.contains(only.as_str()));
-        if bins.is_empty() {
-            bail!("no live test binary matches --only {only}");
-        }
+    let bins = suite::select(build_live_tests(&ws)?, multi_host, a.only.as_deref());
+    if bins.is_empty() {
+        bail!(
+            "no live test binary matches --only {}",
+            a.only.as_deref().unwrap_or("(none)")
+        );
     }
-    let mut script = String::from("fail=0\n");
     for b in &bins {
-        let guest = format!("/opt/rdma/tests/{}", b.name);
-        files.push((b.path.clone(), guest.clone()));
-        let extra: Vec<String> = a.test_args.iter().map(|s| vm::shell_quote(s)).collect();
-        script.push_str(&format!(
-            "echo '=== live suite: {name}'\n{guest} --test-threads=1 --color never {extra} || fail=1\n",
-            name = b.name,
-            extra = extra.join(" ")
+        files.push((b.path.clone(), suite::guest_path(b)));
+    }
+    let script = suite::script(&bins, &a.test_args);
+    let env = vec![
+        (
+            "RDMACTL_BIN".to_string(),
+            "/opt/rdma/bin/rdmactl".to_string(),
+        ),
+        ("RDMAD_BIN".into(), "/opt/rdma/bin/rdmad".into()),
+        ("RUST_BACKTRACE".into(), "1".into()),
+    ];
+    if multi_host {
+        if a.no_rxe {
+            bail!("--no-rxe is for the single-host suite");
+        }
+        let mode = MultiMode::Run {
+            on: Some(0),
+            argv: vec!["sh".into(), "-c".into(), script],
+        };
+        let mut spec = multi_spec_from(&vm_args, files, mode)?;
+        spec.timeout = Some(Duration::from_secs(a.timeout));
+        spec.env = env;
+        progress(&format!(
+            "running {} multi-host test binaries on h1 of {} hosts",
+            bins.len(),
+            a.hosts
+        ));
+        let mut counts = Counts::default();
+        // Only h1 runs the suite: its lines as they are, so that libtest's summaries
+        // start their lines (tests/run counts them).
+        let mut on_line = |_host: &str, line: &str| {
+            println!("{line}");
+            counts.add_line(line);
+        };
+        let outcome = multi::run(&base, &cache, &spec, &progress, Some(&mut on_line))?;
+        if let Some(r) = outcome.all_ready_after {
+            progress(&format!(
+                "all {} hosts were ACTIVE {:.1} s after the first qemu started; the whole run took {:.1} s",
+                a.hosts,
+                r.as_secs_f64(),
+                outcome.elapsed.as_secs_f64()
+            ));
+        }
+        progress(&format!("fault log: {}", outcome.fault_log.display()));
+        return Ok(suite_verdict(
+            outcome.exit_code,
+            counts,
+            bins.len(),
+            a.timeout,
         ));
     }
-    script.push_str("exit $fail\n");
     let mut spec = spec_from(&vm_args, files)?;
     spec.mode = Mode::Run(vec!["sh".into(), "-c".into(), script]);
     spec.rxe = !a.no_rxe;
     spec.timeout = Some(Duration::from_secs(a.timeout));
-    spec.env = vec![
-        ("RDMACTL_BIN".into(), "/opt/rdma/bin/rdmactl".into()),
-        ("RDMAD_BIN".into(), "/opt/rdma/bin/rdmad".into()),
-        ("RUST_BACKTRACE".into(), "1".into()),
-    ];
+    spec.env = env;
     progress(&format!(
         "running {} live test binaries in one lab boot",
         bins.len()
     ));
     let mut counts = Counts::default();
-    let mut summaries = 0usize;
     let mut on_line = |line: &str| {
         println!("{line}");
-        if counts.add_line(line) {
-            summaries += 1;
-        }
+        counts.add_line(line);
     };
     let outcome = vm::run(&base, &cache, &spec, &progress, Some(&mut on_line))?;
     if let Some(r) = outcome.ready_after {
@@ -569,26 +934,34 @@ fn test(a: TestArgs) -> Result<ExitCode> {
             outcome.elapsed.as_secs_f64()
         ));
     }
-    if summaries < bins.len() {
-        // A binary that crashed or was never reached prints no summary: that is a failure.
-        counts.failed += (bins.len() - summaries) as u64;
+    Ok(suite_verdict(
+        outcome.exit_code,
+        counts,
+        bins.len(),
+        a.timeout,
+    ))
+}
+
+/// Print the totals and turn them into the suite's exit code.
+fn suite_verdict(vm_code: i32, counts: Counts, binaries: usize, timeout: u64) -> ExitCode {
+    if counts.summaries < binaries {
         eprintln!(
-            "lab: {} of {} test binaries printed no result",
-            bins.len() - summaries,
-            bins.len()
+            "lab: {} of {binaries} test binaries printed no result",
+            binaries - counts.summaries
         );
     }
+    let counts = counts.finish(binaries);
     println!(
         "live: {} passed, {} failed, {} ignored",
         counts.passed, counts.failed, counts.ignored
     );
-    if outcome.exit_code == vm::EXIT_TIMEOUT {
-        eprintln!("lab: the live suite timed out after {} s", a.timeout);
+    if vm_code == vm::EXIT_TIMEOUT {
+        eprintln!("lab: the live suite timed out after {timeout} s");
     }
-    if outcome.exit_code == 0 && counts.failed == 0 && counts.passed > 0 {
-        Ok(ExitCode::SUCCESS)
+    if counts.passed_with(vm_code) {
+        ExitCode::SUCCESS
     } else {
-        Ok(ExitCode::from(1))
+        ExitCode::from(1)
     }
 }
 
@@ -597,30 +970,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn libtest_summaries_are_counted() {
-        let mut c = Counts::default();
-        assert!(c.add_line(
-            "test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s"
-        ));
-        assert!(c.add_line("test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured"));
-        assert!(!c.add_line("running 3 tests"));
-        assert_eq!(
-            c,
-            Counts {
-                passed: 4,
-                failed: 2,
-                ignored: 1
-            }
-        );
-    }
-
-    #[test]
     fn forward_specs_are_checked() {
         assert_eq!(parse_forward("19736:9736").unwrap(), (19736, 9736));
         assert!(parse_forward("9736").is_err());
         assert!(parse_forward("0:9736").is_err());
         assert!(parse_forward("x:9736").is_err());
         assert!(parse_forward("70000:1").is_err());
+    }
+
+    #[test]
+    fn multi_host_forwards_name_a_host_or_count_up() {
+        assert_eq!(
+            parse_multi_forward("h2:19736:9736", 3).unwrap(),
+            vec![(1, 19736, 9736)]
+        );
+        assert_eq!(
+            parse_multi_forward("19736:9736", 3).unwrap(),
+            vec![(0, 19736, 9736), (1, 19737, 9736), (2, 19738, 9736)]
+        );
+        assert!(parse_multi_forward("h4:19736:9736", 3).is_err());
+        assert!(parse_multi_forward("h2:19736", 3).is_err());
+        assert!(parse_multi_forward("65535:9736", 2).is_err());
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! exposition).
 #![forbid(unsafe_code)]
 
+pub mod fabric;
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
