@@ -68,8 +68,7 @@ impl Collector for SysfsCounters {
         // Metric names depend on the source, file name, kind and unit only: computed once
         // per name, not once per device (64 devices of one driver share every name).
         type NameKey<'a> = (CounterSource, CounterKind, Unit, &'a str);
-        let mut metric_names: FxHashMap<NameKey<'_>, Option<(String, Kind)>> =
-            FxHashMap::default();
+        let mut metric_names: FxHashMap<NameKey<'_>, Option<(String, Kind)>> = FxHashMap::default();
         for device in &snapshot.devices {
             let driver = device.driver.as_deref();
             let port_counters = device
