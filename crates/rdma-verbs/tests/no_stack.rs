@@ -39,18 +39,6 @@ fn assert_library_missing() {
     assert!(err.to_string().contains("libibverbs.so.1"), "{err}");
 }
 
-/// True when running as uid 0.
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
-}
-
 /// The library-missing path could not be run on this host: a failure when `CI` is set (a
 /// pass would claim a check that did not happen), a note elsewhere.
 fn not_exercised(why: &str) {
@@ -82,7 +70,11 @@ fn missing_libibverbs_is_a_typed_error() {
         lib
     );
     // Root needs no user namespace (and may be denied one in a container); anyone else does.
-    let ns: &[&str] = if is_root() { &["-m"] } else { &["-r", "-m"] };
+    let ns: &[&str] = if nix::unistd::Uid::effective().is_root() {
+        &["-m"]
+    } else {
+        &["-r", "-m"]
+    };
     let out = Command::new("unshare")
         .args(ns)
         .args(["sh", "-c", &script])
