@@ -217,17 +217,56 @@ pub fn sysfs_hw_counter(device: &str, port: u64, name: &str) -> u64 {
 /// report" and exits 1: under emulation on a busy host this happens after every work request
 /// completed. Tests that need the traffic check it through counters, never through the report.
 pub fn perftest_finished(out: &Output) -> bool {
-    if out.status.success() {
-        return true;
+    perftest_text_finished(out.status.code(), &output_text(out))
+}
+
+/// [`perftest_finished`] on an exit code and the program's whole output (stdout + stderr),
+/// for runs on other lab hosts.
+pub fn perftest_text_finished(code: Option<i32>, text: &str) -> bool {
+    code == Some(0) || (code == Some(1) && perftest_refused_report(text))
+}
+
+fn perftest_refused_report(text: &str) -> bool {
+    text.contains("Correlation coefficient r^2") && text.contains("Can't produce a report")
+}
+
+/// Whether a perftest client and its server both finished their traffic. A client that
+/// refuses its report ([`perftest_finished`]) exits at once, before the final handshake the
+/// server of a half-duplex test waits for, so that server then exits 1 with "Failed to
+/// exchange data between server and clients": after a refused client report that is the
+/// server finishing, not failing. Any other server failure is one.
+pub fn perftest_pair_finished(client: &Output, server: &Output) -> bool {
+    perftest_pair_text_finished(
+        client.status.code(),
+        &output_text(client),
+        server.status.code(),
+        &output_text(server),
+    )
+}
+
+/// [`perftest_pair_finished`] on exit codes and whole outputs.
+pub fn perftest_pair_text_finished(
+    client_code: Option<i32>,
+    client_text: &str,
+    server_code: Option<i32>,
+    server_text: &str,
+) -> bool {
+    if !perftest_text_finished(client_code, client_text) {
+        return false;
     }
-    let text = format!(
+    perftest_text_finished(server_code, server_text)
+        || (client_code == Some(1)
+            && perftest_refused_report(client_text)
+            && server_code == Some(1)
+            && server_text.contains("Failed to exchange data between server and clients"))
+}
+
+fn output_text(out: &Output) -> String {
+    format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
-    );
-    out.status.code() == Some(1)
-        && text.contains("Correlation coefficient r^2")
-        && text.contains("Can't produce a report")
+    )
 }
 
 /// The result of one perftest run between the lab's veth-pair devices.
@@ -240,9 +279,9 @@ pub struct PerftestRun {
 }
 
 impl PerftestRun {
-    /// True when both ends finished their traffic ([`perftest_finished`]).
+    /// True when both ends finished their traffic ([`perftest_pair_finished`]).
     pub fn success(&self) -> bool {
-        perftest_finished(&self.client) && perftest_finished(&self.server)
+        perftest_pair_finished(&self.client, &self.server)
     }
 }
 
@@ -661,6 +700,34 @@ rdma_probe_rounds_total 7
             !perftest_finished(&out(124, refused)),
             "a timeout is a failure"
         );
+    }
+
+    #[test]
+    fn a_server_that_lost_its_refusing_client_finished_and_nothing_else_does() {
+        use std::os::unix::process::ExitStatusExt;
+        let out = |code: i32, stdout: &str| Output {
+            status: std::process::ExitStatus::from_raw(code << 8),
+            stdout: stdout.as_bytes().to_vec(),
+            stderr: Vec::new(),
+        };
+        let refused = "Correlation coefficient r^2: 0.74 < 0.9\nCan't produce a report\n";
+        let lost = " Failed to exchange data between server and clients\n";
+        assert!(perftest_pair_finished(&out(0, ""), &out(0, "")));
+        assert!(perftest_pair_finished(&out(1, refused), &out(1, lost)));
+        assert!(perftest_pair_finished(&out(1, refused), &out(0, "")));
+        assert!(
+            !perftest_pair_finished(&out(0, ""), &out(1, lost)),
+            "the client finished its handshake, so the server's failure is its own"
+        );
+        assert!(!perftest_pair_finished(&out(1, refused), &out(124, lost)));
+        assert!(!perftest_pair_finished(
+            &out(1, refused),
+            &out(1, "Couldn't create QP\n")
+        ));
+        assert!(!perftest_pair_finished(
+            &out(1, "Couldn't connect\n"),
+            &out(1, lost)
+        ));
     }
 
     #[test]

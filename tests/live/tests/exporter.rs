@@ -13,7 +13,9 @@
 //! the next scrape and the log says `device rxe9 removed`. The tests of this file take one
 //! lock, so no other test sees rxe9 come and go.
 
-use live_tests::{parse_exposition, perftest_finished, rdmad_bin, Rdmad, RdmadOptions, Scrape};
+use live_tests::{
+    parse_exposition, perftest_pair_finished, rdmad_bin, Rdmad, RdmadOptions, Scrape,
+};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -217,7 +219,7 @@ fn packet_counters_grow_under_traffic() {
         .expect("FAIL: cannot run ib_write_bw (client)");
     let server = server.wait_with_output().expect("server exits");
     assert!(
-        perftest_finished(&client) && perftest_finished(&server),
+        perftest_pair_finished(&client, &server),
         "FAIL: ib_write_bw failed: client {} {}{}; server {} {}",
         client.status,
         String::from_utf8_lossy(&client.stdout),

@@ -6,7 +6,7 @@
 //! No device, no tmux or no traffic is a failure, never a skip: the lab image has them all.
 #![forbid(unsafe_code)]
 
-use live_tests::{perftest_finished, rdmactl_bin};
+use live_tests::{perftest_pair_finished, rdmactl_bin};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -216,7 +216,7 @@ fn top_shows_rates_and_qps_while_ib_write_bw_runs() {
     let client_out = client.wait_with_output().expect("wait for the client");
     let server_out = server.wait_with_output().expect("wait for the server");
     assert!(
-        perftest_finished(&client_out) && perftest_finished(&server_out),
+        perftest_pair_finished(&client_out, &server_out),
         "FAIL: ib_write_bw failed: client {:?}, server {:?}\n{}{}",
         client_out.status,
         server_out.status,
