@@ -449,7 +449,6 @@ fn spawn_host(lab: &Arc<Lab>, i: usize) -> Result<(), LabError> {
     let tty = lab.dir.join(format!("{name}.tty"));
     let _ = fs::remove_file(&monitor);
     let _ = fs::remove_file(&tty);
-    let accel = vm::pick_accel();
     // no_timer_check: under TCG on a loaded machine the kernel's early check that the
     // IO-APIC timer ticks can time out and panic ("IO-APIC + timer doesn't work"); N VMs
     // booting at once make that likely.
@@ -474,39 +473,28 @@ fn spawn_host(lab: &Arc<Lab>, i: usize) -> Result<(), LabError> {
         fab_local.display(),
         fabric::switch_path(&lab.dir, k).display()
     );
-    let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args([
-        "-nodefaults",
-        "-no-user-config",
-        "-no-reboot",
-        "-display",
-        "none",
-    ])
-    .args(["-name", &name])
-    .args(["-accel", accel])
-    .args(["-cpu", if accel == "kvm" { "host" } else { "max" }])
-    .args(["-m", &spec.memory_mib.to_string()])
-    .args(["-smp", &spec.cpus.to_string()])
-    .arg("-kernel")
-    .arg(&lab.base.kernel)
-    .arg("-initrd")
-    .arg(&lab.initrd)
-    .args(["-append", &append])
-    .arg("-serial")
-    .arg(format!("file:{}", console.display()))
-    .args(["-netdev", &user])
-    .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
-    .args(["-netdev", &fab])
-    .args([
-        "-device",
-        &format!("virtio-net-pci,netdev=fab,mac=52:54:00:02:00:{k:02x},romfile="),
-    ])
-    .arg("-qmp")
-    .arg(format!("unix:{},server=on,wait=off", monitor.display()))
     // Like a single-host run: qemu writes its pid into the run directory, which goes away
     // with the run, so tests/run can find a VM left behind wherever the cache is.
-    .arg("-pidfile")
-    .arg(lab.dir.join(format!("{name}.{}", vm::QEMU_PIDFILE)));
+    let pidfile = lab.dir.join(format!("{name}.{}", vm::QEMU_PIDFILE));
+    let mut cmd = vm::QemuVm {
+        kernel: &lab.base.kernel,
+        initrd: &lab.initrd,
+        memory_mib: spec.memory_mib,
+        cpus: spec.cpus,
+        append: &append,
+        console: &console,
+        user_netdev: &user,
+        pidfile: &pidfile,
+    }
+    .command();
+    cmd.args(["-name", &name])
+        .args(["-netdev", &fab])
+        .args([
+            "-device",
+            &format!("virtio-net-pci,netdev=fab,mac=52:54:00:02:00:{k:02x},romfile="),
+        ])
+        .arg("-qmp")
+        .arg(format!("unix:{},server=on,wait=off", monitor.display()));
     match mode {
         "shell" => {
             cmd.args([

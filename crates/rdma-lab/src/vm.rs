@@ -128,6 +128,51 @@ pub fn parse_console(log: &str) -> (Option<i32>, Option<String>) {
     (code, error)
 }
 
+/// What every lab VM's qemu command line is made of, single-host or one host of a fabric:
+/// the accelerator, CPU, memory, kernel + initrd + command line, the serial console log, the
+/// user-mode NIC (n0, with its forwards) and the pidfile tests/run looks for. Callers add
+/// what differs (the console's chardev, a fabric NIC, a QMP monitor, a name).
+pub(crate) struct QemuVm<'a> {
+    pub kernel: &'a Path,
+    pub initrd: &'a Path,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    pub append: &'a str,
+    pub console: &'a Path,
+    pub user_netdev: &'a str,
+    pub pidfile: &'a Path,
+}
+
+impl QemuVm<'_> {
+    pub(crate) fn command(&self) -> Command {
+        let accel = pick_accel();
+        let mut cmd = Command::new("qemu-system-x86_64");
+        cmd.args([
+            "-nodefaults",
+            "-no-user-config",
+            "-no-reboot",
+            "-display",
+            "none",
+        ])
+        .args(["-accel", accel])
+        .args(["-cpu", if accel == "kvm" { "host" } else { "max" }])
+        .args(["-m", &self.memory_mib.to_string()])
+        .args(["-smp", &self.cpus.to_string()])
+        .arg("-kernel")
+        .arg(self.kernel)
+        .arg("-initrd")
+        .arg(self.initrd)
+        .args(["-append", self.append])
+        .arg("-serial")
+        .arg(format!("file:{}", self.console.display()))
+        .args(["-netdev", self.user_netdev])
+        .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
+        .arg("-pidfile")
+        .arg(self.pidfile);
+        cmd
+    }
+}
+
 /// KVM only where it really works: /dev/kvm usable and the CPU advertises vmx/svm
 /// (a nested "pagetable VM" without them fails on cmpxchg16b). RDMA_LAB_ACCEL=tcg|kvm overrides.
 pub fn pick_accel() -> &'static str {
@@ -258,7 +303,6 @@ fn run_in(
     let console = run_dir.join("console.log");
     let kept_console = cache.join("last-console.log");
 
-    let accel = pick_accel();
     let mode = match spec.mode {
         Mode::Shell => "shell",
         Mode::Run(_) => "run",
@@ -273,29 +317,17 @@ fn run_in(
     for (h, g) in &spec.forwards {
         netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{h}-:{g}"));
     }
-    let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args([
-        "-nodefaults",
-        "-no-user-config",
-        "-no-reboot",
-        "-display",
-        "none",
-    ])
-    .args(["-accel", accel])
-    .args(["-cpu", if accel == "kvm" { "host" } else { "max" }])
-    .args(["-m", &spec.memory_mib.to_string()])
-    .args(["-smp", &spec.cpus.to_string()])
-    .arg("-kernel")
-    .arg(&base.kernel)
-    .arg("-initrd")
-    .arg(&initrd)
-    .args(["-append", &append])
-    .arg("-serial")
-    .arg(format!("file:{}", console.display()))
-    .args(["-netdev", &netdev])
-    .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
-    .arg("-pidfile")
-    .arg(run_dir.join(QEMU_PIDFILE));
+    let mut cmd = QemuVm {
+        kernel: &base.kernel,
+        initrd: &initrd,
+        memory_mib: spec.memory_mib,
+        cpus: spec.cpus,
+        append: &append,
+        console: &console,
+        user_netdev: &netdev,
+        pidfile: &run_dir.join(QEMU_PIDFILE),
+    }
+    .command();
     let interactive = matches!(spec.mode, Mode::Shell);
     if interactive {
         cmd.args([
