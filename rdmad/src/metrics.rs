@@ -121,17 +121,9 @@ pub enum Value {
     Histogram(Histogram),
 }
 
-/// One histogram sample, in Prometheus terms.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Histogram {
-    /// `(upper bound, CUMULATIVE count)` pairs, bounds ascending; the `+Inf` bucket
-    /// (`count`) is added when encoding unless it is the last pair.
-    pub buckets: Vec<(f64, u64)>,
-    /// Number of observations.
-    pub count: u64,
-    /// Sum of observations.
-    pub sum: f64,
-}
+/// One histogram sample: the workspace's one histogram type (fixed bounds, per-bucket
+/// counts, `+Inf`, sum and count), encoded as it is.
+pub use rdmakit::histogram::Histogram;
 
 /// Label names are fixed by the code; values come from the system.
 pub type Labels = Vec<(&'static str, String)>;
@@ -394,24 +386,12 @@ impl prometheus_client::collector::Collector for MetricSet {
                         metric.encode_family(labels)?.encode_gauge(v)?
                     }
                     (Kind::Histogram, Value::Histogram(h)) => {
-                        // prometheus-client takes per-bucket counts and accumulates them.
-                        let mut previous = 0;
-                        let mut per_bucket: Vec<(f64, u64)> = h
-                            .buckets
-                            .iter()
-                            .map(|&(le, cumulative)| {
-                                let n = cumulative.saturating_sub(previous);
-                                previous = cumulative;
-                                (le, n)
-                            })
-                            .collect();
-                        // The OpenMetrics encoder writes only the buckets it is given.
-                        if h.buckets.last().is_none_or(|(le, _)| *le != f64::INFINITY) {
-                            per_bucket.push((f64::INFINITY, h.count.saturating_sub(previous)));
-                        }
+                        // prometheus-client takes per-bucket counts (the last one +Inf) and
+                        // accumulates them.
+                        let per_bucket: Vec<(f64, u64)> = h.buckets().collect();
                         metric
                             .encode_family(labels)?
-                            .encode_histogram::<NoLabelSet>(h.sum, h.count, &per_bucket, None)?
+                            .encode_histogram::<NoLabelSet>(h.sum(), h.count(), &per_bucket, None)?
                     }
                     // `add` refuses every other combination.
                     (Kind::Counter | Kind::Gauge, Value::Histogram(_))
@@ -590,11 +570,7 @@ mod tests {
     #[test]
     fn histogram_values_only_in_histogram_families() {
         let mut set = MetricSet::new();
-        let h = Histogram {
-            buckets: vec![(1.0, 1), (2.0, 3)],
-            count: 4,
-            sum: 9.5,
-        };
+        let h = Histogram::from_buckets(&[1.0, 2.0], &[1, 2, 1], 9.5).unwrap();
         let as_gauge = set.add(
             "rdma_g",
             Kind::Gauge,

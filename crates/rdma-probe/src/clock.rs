@@ -9,30 +9,7 @@
 //! of them within 2% of it). Otherwise the monotonic clock is used.
 use std::time::{Duration, Instant};
 
-/// Which source a [`Clock`] reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ClockSource {
-    /// The CPU cycle counter, calibrated.
-    Tsc,
-    /// `clock_gettime(CLOCK_MONOTONIC)` through `Instant`.
-    Monotonic,
-}
-
-/// What was measured when the clock was chosen.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct ClockInfo {
-    /// The source in use.
-    pub source: ClockSource,
-    /// Cost of one read of the source in use, nanoseconds.
-    pub read_cost_ns: f64,
-    /// Cost of one `Instant::now()`, nanoseconds.
-    pub monotonic_cost_ns: f64,
-    /// Cost of one cycle-counter read, nanoseconds (`None` where there is none).
-    pub tsc_cost_ns: Option<f64>,
-    /// Cycle-counter rate, GHz (`None` when not calibrated).
-    pub tsc_ghz: Option<f64>,
-}
+pub use crate::snapshot::{ClockInfo, ClockSource};
 
 /// A calibrated clock returning raw ticks; convert differences with [`Clock::ticks_to_ns`].
 #[derive(Debug, Clone, Copy)]

@@ -11,11 +11,13 @@ use crate::clock::{Clock, ClockInfo};
 use crate::cpu::CpuMeter;
 use crate::failure::ProbeFailure;
 use crate::handshake::Secret;
-use crate::histogram::{Histogram, LATENCY_BUCKETS, REGISTRATION_BUCKETS};
 use crate::loopback::{LoopbackProbe, RunParams};
 use crate::mrreg::{time_registrations, DEFAULT_MR_SIZES};
 use crate::peer::{PeerConn, PeerServer, ServerStats};
-use crate::rc::ProbeOp;
+use crate::snapshot::{
+    Histogram, PeerState, ProbeOp, ProbeSnapshot, RegistrationResult, TargetResult,
+    LATENCY_BUCKETS, REGISTRATION_BUCKETS,
+};
 use crate::stats::LatencySummary;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -111,98 +113,6 @@ pub enum EngineError {
     /// A thread could not be started.
     #[error("starting the probe thread: {0}")]
     Spawn(#[source] std::io::Error),
-}
-
-/// Results of one probe target (a device port's operation, or a peer's).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct TargetResult {
-    /// `loopback` or `peer`.
-    pub kind: &'static str,
-    /// Local device.
-    pub device: String,
-    /// Local port.
-    pub port: u8,
-    /// The peer (`HOST:PORT`), for peer probes.
-    pub peer: Option<String>,
-    /// Operation.
-    pub op: ProbeOp,
-    /// Message size, bytes.
-    pub size_bytes: usize,
-    /// Latency of every sample so far, seconds (one-way for send/write loopback, RTT for
-    /// read and peers).
-    pub latency_seconds: Histogram,
-    /// perftest summary of the last successful run.
-    pub last: Option<LatencySummary>,
-    /// Successful runs.
-    pub runs_total: u64,
-    /// Failed runs by failure name (`RETRY_EXC_ERR`, `TIMEOUT`, `CONNECT_ERR`, ...).
-    pub failures_total: BTreeMap<String, u64>,
-    /// Whether the last run succeeded.
-    pub up: bool,
-    /// The last failure's message.
-    pub last_error: Option<String>,
-}
-
-/// MR registration timings of one device and size.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct RegistrationResult {
-    /// Device.
-    pub device: String,
-    /// Buffer size, bytes.
-    pub size_bytes: usize,
-    /// The last registration's duration, seconds.
-    pub last_seconds: Option<f64>,
-    /// All registrations, seconds.
-    pub seconds: Histogram,
-    /// Failed registrations.
-    pub failures_total: u64,
-}
-
-/// A peer's connection state.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct PeerState {
-    /// `HOST:PORT`.
-    pub peer: String,
-    /// Connected (handshake done, QP in RTS).
-    pub connected: bool,
-    /// Successful connections so far.
-    pub connects_total: u64,
-    /// Current reconnect delay, seconds.
-    pub backoff_seconds: f64,
-}
-
-/// Everything the engine publishes.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ProbeSnapshot {
-    /// The clock in use and what it costs.
-    pub clock: Option<ClockInfo>,
-    /// Rounds completed.
-    pub rounds_total: u64,
-    /// CPU time of all engine threads, seconds.
-    pub cpu_seconds_total: f64,
-    /// Seconds since the engine started.
-    pub uptime_seconds: f64,
-    /// One entry per target.
-    pub targets: Vec<TargetResult>,
-    /// MR registration timings.
-    pub registrations: Vec<RegistrationResult>,
-    /// Peers.
-    pub peers: Vec<PeerState>,
-    /// Handshakes this engine's listener accepted.
-    pub handshakes_accepted_total: u64,
-    /// Handshakes it refused, by reason (`bad_mac`, `replay`, `malformed`, ...).
-    pub handshakes_refused_total: BTreeMap<String, u64>,
-}
-
-impl ProbeSnapshot {
-    /// The target for `op` on `device` (loopback) or towards `peer`.
-    pub fn target(&self, device_or_peer: &str, op: ProbeOp) -> Option<&TargetResult> {
-        self.targets.iter().find(|t| {
-            t.op == op
-                && (t.peer.as_deref() == Some(device_or_peer)
-                    || (t.peer.is_none() && t.device == device_or_peer))
-        })
-    }
 }
 
 #[derive(Debug)]

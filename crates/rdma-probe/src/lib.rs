@@ -13,33 +13,56 @@
 //!   a [`ProbeHandle`] (histograms for Prometheus, summaries, failures by WC status name,
 //!   its own CPU time).
 //!
+//! The snapshot types ([`snapshot`]: what the engine publishes, with the one histogram of
+//! the workspace, `rdmakit::histogram`) and the statistics ([`stats`]) build without the
+//! `verbs` feature (on by default); everything that touches a device needs it.
+//!
 //! Keys and addresses (rkey, lkey, MR addresses) are secrets: they travel only inside the
 //! authenticated handshake and are never logged or published.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-mod affinity;
-pub mod clock;
-pub mod cpu;
-pub mod engine;
-pub mod failure;
-pub mod handshake;
-pub mod histogram;
-pub mod loopback;
-pub mod mrreg;
-pub mod oneshot;
-pub mod peer;
-mod rc;
+// Verbs-free: what the engine publishes and perftest's statistics (rdmad maps them to metrics
+// in a build without libibverbs).
+pub mod snapshot;
 pub mod stats;
 
-pub use clock::{Clock, ClockInfo, ClockSource};
-pub use engine::{
-    EngineConfig, EngineError, PeerState, ProbeEngine, ProbeHandle, ProbeSnapshot,
-    RegistrationResult, TargetResult,
+#[cfg(feature = "verbs")]
+mod affinity;
+#[cfg(feature = "verbs")]
+pub mod clock;
+#[cfg(feature = "verbs")]
+pub mod cpu;
+#[cfg(feature = "verbs")]
+pub mod engine;
+#[cfg(feature = "verbs")]
+pub mod failure;
+#[cfg(feature = "verbs")]
+pub mod handshake;
+#[cfg(feature = "verbs")]
+pub mod loopback;
+#[cfg(feature = "verbs")]
+pub mod mrreg;
+#[cfg(feature = "verbs")]
+pub mod oneshot;
+#[cfg(feature = "verbs")]
+pub mod peer;
+#[cfg(feature = "verbs")]
+mod rc;
+
+pub use snapshot::{
+    ClockInfo, ClockSource, Histogram, PeerState, ProbeOp, ProbeSnapshot, RegistrationResult,
+    TargetResult,
 };
-pub use failure::{FailureKind, ProbeFailure};
-pub use handshake::Secret;
-pub use histogram::Histogram;
-pub use loopback::{LoopbackProbe, RunParams};
-pub use rc::ProbeOp;
 pub use stats::LatencySummary;
+
+#[cfg(feature = "verbs")]
+pub use clock::Clock;
+#[cfg(feature = "verbs")]
+pub use engine::{EngineConfig, EngineError, ProbeEngine, ProbeHandle};
+#[cfg(feature = "verbs")]
+pub use failure::{FailureKind, ProbeFailure};
+#[cfg(feature = "verbs")]
+pub use handshake::Secret;
+#[cfg(feature = "verbs")]
+pub use loopback::{LoopbackProbe, RunParams};

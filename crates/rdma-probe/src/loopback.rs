@@ -8,7 +8,8 @@
 use crate::clock::Clock;
 use crate::cpu::CpuMeter;
 use crate::failure::{FailureKind, ProbeFailure};
-use crate::rc::{deltas_ns, one_completion, one_sided, pingpong, Limits, PortInfo, ProbeOp, Side};
+use crate::rc::{deltas_ns, one_completion, one_sided, pingpong, Limits, PortInfo, Side};
+use crate::snapshot::ProbeOp;
 use rdma_verbs::{Context, ProtectionDomain, RtsParams, SendOp, Sge};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -5,7 +5,7 @@ use crate::failure::{FailureKind, ProbeFailure};
 use crate::handshake::Secret;
 use crate::loopback::{LoopbackProbe, RunParams};
 use crate::peer::PeerConn;
-use crate::rc::ProbeOp;
+use crate::snapshot::ProbeOp;
 use crate::stats::LatencySummary;
 
 /// The result of one probe.

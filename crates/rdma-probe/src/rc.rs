@@ -8,6 +8,7 @@
 //! receiver of an RDMA WRITE knows a new message landed by polling one byte.
 use crate::clock::Clock;
 use crate::failure::{FailureKind, ProbeFailure};
+use crate::snapshot::ProbeOp;
 use rdma_verbs::{
     AccessFlags, CompletionQueue, Context, GidEntry, MemoryRegion, Mtu, ProtectionDomain, QpCaps,
     QpEndpoint, QueuePair, RcLink, RemoteBuffer, RtsParams, SendOp, Sge, WcStatus,
@@ -15,69 +16,6 @@ use rdma_verbs::{
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Which operation a probe measures.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum ProbeOp {
-    /// RC SEND/RECV ping-pong (like `ib_send_lat`), one-way = RTT/2.
-    Send,
-    /// RDMA WRITE ping-pong polling memory (like `ib_write_lat`), one-way = RTT/2.
-    Write,
-    /// RDMA READ, post to completion (like `ib_read_lat`), a full round trip.
-    Read,
-}
-
-impl ProbeOp {
-    /// Every operation.
-    pub const ALL: [ProbeOp; 3] = [ProbeOp::Send, ProbeOp::Write, ProbeOp::Read];
-
-    /// Lower-case name (`send`, `write`, `read`): the `op` label.
-    pub fn name(self) -> &'static str {
-        match self {
-            ProbeOp::Send => "send",
-            ProbeOp::Write => "write",
-            ProbeOp::Read => "read",
-        }
-    }
-
-    /// The name perftest prints in its banner.
-    pub fn perftest_name(self) -> &'static str {
-        match self {
-            ProbeOp::Send => "Send",
-            ProbeOp::Write => "RDMA_Write",
-            ProbeOp::Read => "RDMA_Read",
-        }
-    }
-
-    /// Divisor from a measured round trip to the reported latency (perftest's rtt_factor).
-    pub fn rtt_factor(self) -> f64 {
-        match self {
-            ProbeOp::Send | ProbeOp::Write => 2.0,
-            ProbeOp::Read => 1.0,
-        }
-    }
-}
-
-impl std::str::FromStr for ProbeOp {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "send" => Ok(ProbeOp::Send),
-            "write" => Ok(ProbeOp::Write),
-            "read" => Ok(ProbeOp::Read),
-            other => Err(format!("unknown probe op {other:?} (send, write or read)")),
-        }
-    }
-}
-
-impl std::fmt::Display for ProbeOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Largest message sent inline (perftest's default inline size for latency tests).
 const MAX_INLINE: usize = 220;

@@ -7,6 +7,7 @@
 use crate::event::{EventKind, TraceEvent};
 use crate::probes::ProbeReport;
 use crate::tracer::{Selection, TraceError, Tracer};
+use rdmakit::histogram::Histogram;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,60 +18,14 @@ use std::time::Duration;
 /// Distinct `comm` values kept before the rest is folded into `other`.
 pub const MAX_COMMS: usize = 128;
 
-/// A histogram with power-of-two bucket bounds: bucket `i` counts values `v <= 2^i` that
-/// are above `2^(i-1)` (Prometheus `le` semantics once made cumulative).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Log2Histogram {
-    /// Per-bucket (non-cumulative) counts, index = log2 of the upper bound.
-    pub buckets: Vec<u64>,
-    /// Number of observations.
-    pub count: u64,
-    /// Sum of observations (saturating).
-    pub sum: u64,
-}
+/// Power-of-two bounds of the MR registration histograms: `1, 2, 4, ..., 2^64` (a value `v`
+/// is counted under the smallest power of two `>= v`; 0 and 1 under 1; every `u64` below
+/// `+Inf`).
+pub const POWER_OF_TWO_BOUNDS: usize = 65;
 
-impl Default for Log2Histogram {
-    fn default() -> Self {
-        Log2Histogram {
-            buckets: vec![0; 65],
-            count: 0,
-            sum: 0,
-        }
-    }
-}
-
-impl Log2Histogram {
-    /// The bucket index of a value: the smallest `i` with `v <= 2^i`.
-    pub fn bucket_of(v: u64) -> usize {
-        if v <= 1 {
-            0
-        } else {
-            (64 - (v - 1).leading_zeros()) as usize
-        }
-    }
-
-    /// Add one observation.
-    pub fn observe(&mut self, v: u64) {
-        self.buckets[Self::bucket_of(v)] += 1;
-        self.count += 1;
-        self.sum = self.sum.saturating_add(v);
-    }
-
-    /// Cumulative `(upper bound, count)` pairs up to the highest non-empty bucket
-    /// (the +Inf bucket is `count`). Bound 2^64 is reported as `u64::MAX`.
-    pub fn cumulative(&self) -> Vec<(u64, u64)> {
-        let last = self.buckets.iter().rposition(|&c| c > 0);
-        let mut acc = 0;
-        let mut out = Vec::new();
-        if let Some(last) = last {
-            for (i, c) in self.buckets.iter().enumerate().take(last + 1) {
-                acc += c;
-                let le = if i >= 64 { u64::MAX } else { 1u64 << i };
-                out.push((le, acc));
-            }
-        }
-        out
-    }
+/// An empty histogram over the [`POWER_OF_TWO_BOUNDS`] powers of two.
+pub fn power_of_two_histogram() -> Histogram {
+    Histogram::exponential(1.0, 2.0, POWER_OF_TWO_BOUNDS)
 }
 
 /// Events of one kind by one process name on one device.
@@ -139,9 +94,9 @@ pub struct TraceStats {
     /// Async events per device.
     pub async_events: Vec<AsyncCount>,
     /// MR registration latency in nanoseconds, per device.
-    pub mr_reg_latency_ns: BTreeMap<String, Log2Histogram>,
+    pub mr_reg_latency_ns: BTreeMap<String, Histogram>,
     /// MR registration size in bytes, per device.
-    pub mr_reg_bytes: BTreeMap<String, Log2Histogram>,
+    pub mr_reg_bytes: BTreeMap<String, Histogram>,
     /// Events lost in the kernel (ring buffer full).
     pub dropped: u64,
 }
@@ -154,8 +109,8 @@ pub struct Aggregator {
     transitions: BTreeMap<(String, String, String), u64>,
     errors: BTreeMap<(EventKind, String, String), u64>,
     asyncs: BTreeMap<(String, String), u64>,
-    latency: BTreeMap<String, Log2Histogram>,
-    sizes: BTreeMap<String, Log2Histogram>,
+    latency: BTreeMap<String, Histogram>,
+    sizes: BTreeMap<String, Histogram>,
 }
 
 impl Aggregator {
@@ -196,10 +151,16 @@ impl Aggregator {
             }
             EventKind::MrReg if ev.errno.is_none() => {
                 if let Some(ns) = ev.latency_ns {
-                    self.latency.entry(device.clone()).or_default().observe(ns);
+                    self.latency
+                        .entry(device.clone())
+                        .or_insert_with(power_of_two_histogram)
+                        .observe(ns as f64);
                 }
                 if let Some(size) = ev.size {
-                    self.sizes.entry(device).or_default().observe(size);
+                    self.sizes
+                        .entry(device)
+                        .or_insert_with(power_of_two_histogram)
+                        .observe(size as f64);
                 }
             }
             EventKind::AsyncQp | EventKind::AsyncCq | EventKind::AsyncDevice => {
@@ -400,19 +361,29 @@ mod tests {
 
     #[test]
     fn histogram_buckets_are_powers_of_two() {
-        assert_eq!(Log2Histogram::bucket_of(0), 0);
-        assert_eq!(Log2Histogram::bucket_of(1), 0);
-        assert_eq!(Log2Histogram::bucket_of(2), 1);
-        assert_eq!(Log2Histogram::bucket_of(3), 2);
-        assert_eq!(Log2Histogram::bucket_of(4096), 12);
-        assert_eq!(Log2Histogram::bucket_of(4097), 13);
-        assert_eq!(Log2Histogram::bucket_of(u64::MAX), 64);
-        let mut h = Log2Histogram::default();
-        for v in [1, 3, 4, 5] {
-            h.observe(v);
+        // The bucket (upper bound) a value is counted under.
+        let le = |v: u64| {
+            let mut h = power_of_two_histogram();
+            h.observe(v as f64);
+            // The first bound whose cumulative count is the one value.
+            h.cumulative().into_iter().find(|(_, c)| *c == 1).unwrap().0
+        };
+        assert_eq!(le(0), 1.0);
+        assert_eq!(le(1), 1.0);
+        assert_eq!(le(2), 2.0);
+        assert_eq!(le(3), 4.0);
+        assert_eq!(le(4096), 4096.0);
+        assert_eq!(le(4097), 8192.0);
+        assert_eq!(le(u64::MAX), 2f64.powi(64));
+        let mut h = power_of_two_histogram();
+        for v in [1u64, 3, 4, 5] {
+            h.observe(v as f64);
         }
-        assert_eq!(h.cumulative(), [(1, 1), (2, 1), (4, 3), (8, 4)]);
-        assert_eq!((h.count, h.sum), (4, 13));
+        assert_eq!(
+            h.trimmed().cumulative(),
+            [(1.0, 1), (2.0, 1), (4.0, 3), (8.0, 4), (f64::INFINITY, 4)]
+        );
+        assert_eq!((h.count(), h.sum()), (4, 13.0));
     }
 
     #[test]
@@ -440,8 +411,8 @@ mod tests {
         let errs: Vec<_> = s.errors.iter().map(|e| e.error.as_str()).collect();
         assert_eq!(errs, ["ENOMEM", "EINVAL"]);
         // The failed registration is not in the histograms.
-        assert_eq!(s.mr_reg_bytes["rxe0"].count, 1);
-        assert_eq!(s.mr_reg_latency_ns["rxe0"].sum, 3000);
+        assert_eq!(s.mr_reg_bytes["rxe0"].count(), 1);
+        assert_eq!(s.mr_reg_latency_ns["rxe0"].sum(), 3000.0);
         assert!(serde_json::to_string(&s).unwrap().contains("\"RTS\""));
     }
 

@@ -26,7 +26,7 @@ pub mod resolve;
 pub mod tracer;
 pub mod wire;
 
-pub use collector::{Log2Histogram, TraceCollector, TraceStats};
+pub use collector::{TraceCollector, TraceStats};
 pub use event::{EventKind, TraceEvent};
 pub use probes::{ProbeReport, ProbeStatus};
 pub use tracer::{Selection, TraceError, Tracer};

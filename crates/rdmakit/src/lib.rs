@@ -8,6 +8,7 @@
 pub mod catalog;
 pub mod doctor;
 pub mod exposition;
+pub mod histogram;
 pub mod model;
 pub mod nldev;
 pub mod owner;

@@ -17,14 +17,14 @@
 //!   `rdma_probe_handshakes_refused_total{reason}`, `rdma_probe_cpu_seconds_total`,
 //!   `rdma_probe_rounds_total`
 //!
-//! The mapping ([`emit`]) works on [`View`], plain data copied from the engine's snapshot, so
-//! it is tested without the `verbs` feature. The snapshot holds no key, rkey or address, and
-//! neither does the view, so none can reach a label.
-
-use std::collections::BTreeMap;
+//! The mapping ([`emit`]) works on the engine's [`ProbeSnapshot`], whose types build without
+//! the `verbs` feature, so it is tested in either build. The snapshot holds no key, rkey or
+//! address, so none can reach a label.
 
 use super::{Collector, CollectorConfig, CollectorSpec};
-use crate::metrics::{Declared, Histogram, Labels, MetricSet, Value};
+use rdma_probe::{ProbeSnapshot, TargetResult};
+
+use crate::metrics::{Declared, Labels, MetricSet, Value};
 
 /// The families this collector adds (all of them: see [`CollectorSpec::metrics`]).
 const LATENCY_SECONDS: Declared = Declared::histogram(
@@ -291,7 +291,7 @@ impl Collector for Probes {
     fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
         #[cfg(feature = "verbs")]
         if let Some(handle) = &self.source.handle {
-            emit(&View::from(&handle.snapshot()), out)?;
+            emit(&handle.snapshot(), out)?;
         }
         // Without an engine (not enabled, or built without `verbs`): no series.
         let _ = (&self.source, out);
@@ -299,186 +299,40 @@ impl Collector for Probes {
     }
 }
 
-/// A histogram as the engine gives it: cumulative `(le, count)` pairs, the last `+Inf`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct HistView {
-    /// Cumulative counts per upper bound; a last `+Inf` pair is allowed (and dropped).
-    pub cumulative: Vec<(f64, u64)>,
-    /// Sum of samples.
-    pub sum: f64,
-    /// Number of samples.
-    pub count: u64,
-}
-
-impl HistView {
-    fn to_metric(&self) -> Histogram {
-        Histogram {
-            buckets: self
-                .cumulative
-                .iter()
-                .copied()
-                .filter(|(le, _)| le.is_finite())
-                .collect(),
-            count: self.count,
-            sum: self.sum,
-        }
-    }
-}
-
-/// One probe target's results.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TargetView {
-    /// `loopback` or `peer`.
-    pub kind: String,
-    /// Local device.
-    pub device: String,
-    /// Local port.
-    pub port: u8,
-    /// `HOST:PORT` of the peer, empty for loopback.
-    pub peer: String,
-    /// `send`, `write` or `read`.
-    pub op: String,
-    /// Latency samples, seconds.
-    pub latency: HistView,
-    /// `(stat, seconds)` of the last successful run.
-    pub last: Vec<(&'static str, f64)>,
-    /// Successful runs.
-    pub runs_total: u64,
-    /// Failed runs by status name.
-    pub failures_total: BTreeMap<String, u64>,
-    /// Whether the last run succeeded.
-    pub up: bool,
-}
-
-/// One device and MR size's registration timings.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RegistrationView {
-    /// Device.
-    pub device: String,
-    /// Buffer size, bytes.
-    pub size_bytes: usize,
-    /// The last registration, seconds.
-    pub last_seconds: Option<f64>,
-    /// All registrations, seconds.
-    pub seconds: HistView,
-    /// Failed registrations.
-    pub failures_total: u64,
-}
-
-/// What a scrape exports of the engine's snapshot.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct View {
-    /// Probe targets.
-    pub targets: Vec<TargetView>,
-    /// MR registration timings.
-    pub registrations: Vec<RegistrationView>,
-    /// `(peer, connected)`.
-    pub peers: Vec<(String, bool)>,
-    /// Handshakes accepted.
-    pub handshakes_accepted_total: u64,
-    /// Handshakes refused by reason.
-    pub handshakes_refused_total: BTreeMap<String, u64>,
-    /// CPU time of the engine, seconds.
-    pub cpu_seconds_total: f64,
-    /// Rounds completed.
-    pub rounds_total: u64,
-}
-
-#[cfg(feature = "verbs")]
-impl From<&rdma_probe::Histogram> for HistView {
-    fn from(h: &rdma_probe::Histogram) -> HistView {
-        HistView {
-            cumulative: h.cumulative(),
-            sum: h.sum(),
-            count: h.count(),
-        }
-    }
-}
-
-#[cfg(feature = "verbs")]
-impl From<&rdma_probe::ProbeSnapshot> for View {
-    fn from(s: &rdma_probe::ProbeSnapshot) -> View {
-        View {
-            targets: s
-                .targets
-                .iter()
-                .map(|t| TargetView {
-                    kind: t.kind.to_string(),
-                    device: t.device.clone(),
-                    port: t.port,
-                    peer: t.peer.clone().unwrap_or_default(),
-                    op: t.op.name().to_string(),
-                    latency: HistView::from(&t.latency_seconds),
-                    last: t
-                        .last
-                        .as_ref()
-                        .map(|l| {
-                            [
-                                ("min", l.t_min_us),
-                                ("max", l.t_max_us),
-                                ("typical", l.t_typical_us),
-                                ("avg", l.t_avg_us),
-                                ("stdev", l.t_stdev_us),
-                                ("p99", l.p99_us),
-                                ("p99_9", l.p99_9_us),
-                            ]
-                            .into_iter()
-                            .map(|(stat, us)| (stat, us / 1e6))
-                            .collect()
-                        })
-                        .unwrap_or_default(),
-                    runs_total: t.runs_total,
-                    failures_total: t.failures_total.clone(),
-                    up: t.up,
-                })
-                .collect(),
-            registrations: s
-                .registrations
-                .iter()
-                .map(|r| RegistrationView {
-                    device: r.device.clone(),
-                    size_bytes: r.size_bytes,
-                    last_seconds: r.last_seconds,
-                    seconds: HistView::from(&r.seconds),
-                    failures_total: r.failures_total,
-                })
-                .collect(),
-            peers: s
-                .peers
-                .iter()
-                .map(|p| (p.peer.clone(), p.connected))
-                .collect(),
-            handshakes_accepted_total: s.handshakes_accepted_total,
-            handshakes_refused_total: s.handshakes_refused_total.clone(),
-            cpu_seconds_total: s.cpu_seconds_total,
-            rounds_total: s.rounds_total,
-        }
-    }
-}
-
-fn target_labels(t: &TargetView) -> Labels {
+fn target_labels(t: &TargetResult) -> Labels {
     vec![
         ("device", t.device.clone()),
         ("port", t.port.to_string()),
-        ("op", t.op.clone()),
-        ("kind", t.kind.clone()),
-        ("peer", t.peer.clone()),
+        ("op", t.op.name().to_string()),
+        ("kind", t.kind.to_string()),
+        // Empty for loopback.
+        ("peer", t.peer.clone().unwrap_or_default()),
     ]
 }
 
-/// Add the metrics of `view` to `out`.
-pub fn emit(view: &View, out: &mut MetricSet) -> anyhow::Result<()> {
-    for t in &view.targets {
+/// Add the metrics of the engine's `snapshot` to `out`.
+pub fn emit(snapshot: &ProbeSnapshot, out: &mut MetricSet) -> anyhow::Result<()> {
+    for t in &snapshot.targets {
         let l = target_labels(t);
         out.add_declared(
             &LATENCY_SECONDS,
             l.clone(),
-            Value::Histogram(t.latency.to_metric()),
+            Value::Histogram(t.latency_seconds.clone()),
         )?;
-        for (stat, seconds) in &t.last {
-            let mut lb = l.clone();
-            lb.push(("stat", stat.to_string()));
-            out.add_declared(&LATENCY_LAST_SECONDS, lb, Value::Float(*seconds))?;
+        if let Some(last) = &t.last {
+            for (stat, us) in [
+                ("min", last.t_min_us),
+                ("max", last.t_max_us),
+                ("typical", last.t_typical_us),
+                ("avg", last.t_avg_us),
+                ("stdev", last.t_stdev_us),
+                ("p99", last.p99_us),
+                ("p99_9", last.p99_9_us),
+            ] {
+                let mut lb = l.clone();
+                lb.push(("stat", stat.to_string()));
+                out.add_declared(&LATENCY_LAST_SECONDS, lb, Value::Float(us / 1e6))?;
+            }
         }
         out.add_declared(&RUNS, l.clone(), Value::Int(t.runs_total))?;
         for (status, n) in &t.failures_total {
@@ -488,7 +342,7 @@ pub fn emit(view: &View, out: &mut MetricSet) -> anyhow::Result<()> {
         }
         out.add_declared(&UP, l, Value::Int(u64::from(t.up)))?;
     }
-    for r in &view.registrations {
+    for r in &snapshot.registrations {
         let l: Labels = vec![
             ("device", r.device.clone()),
             ("size_bytes", r.size_bytes.to_string()),
@@ -496,7 +350,7 @@ pub fn emit(view: &View, out: &mut MetricSet) -> anyhow::Result<()> {
         out.add_declared(
             &MR_REGISTRATION_SECONDS,
             l.clone(),
-            Value::Histogram(r.seconds.to_metric()),
+            Value::Histogram(r.seconds.clone()),
         )?;
         if let Some(seconds) = r.last_seconds {
             out.add_declared(
@@ -507,14 +361,14 @@ pub fn emit(view: &View, out: &mut MetricSet) -> anyhow::Result<()> {
         }
         out.add_declared(&MR_REGISTRATION_FAILURES, l, Value::Int(r.failures_total))?;
     }
-    for (peer, connected) in &view.peers {
+    for p in &snapshot.peers {
         out.add_declared(
             &PEER_CONNECTED,
-            vec![("peer", peer.clone())],
-            Value::Int(u64::from(*connected)),
+            vec![("peer", p.peer.clone())],
+            Value::Int(u64::from(p.connected)),
         )?;
     }
-    for (reason, n) in &view.handshakes_refused_total {
+    for (reason, n) in &snapshot.handshakes_refused_total {
         out.add_declared(
             &HANDSHAKES_REFUSED,
             vec![("reason", reason.clone())],
@@ -524,10 +378,14 @@ pub fn emit(view: &View, out: &mut MetricSet) -> anyhow::Result<()> {
     out.add_declared(
         &HANDSHAKES_ACCEPTED,
         vec![],
-        Value::Int(view.handshakes_accepted_total),
+        Value::Int(snapshot.handshakes_accepted_total),
     )?;
-    out.add_declared(&CPU_SECONDS, vec![], Value::Float(view.cpu_seconds_total))?;
-    out.add_declared(&ROUNDS, vec![], Value::Int(view.rounds_total))?;
+    out.add_declared(
+        &CPU_SECONDS,
+        vec![],
+        Value::Float(snapshot.cpu_seconds_total),
+    )?;
+    out.add_declared(&ROUNDS, vec![], Value::Int(snapshot.rounds_total))?;
     Ok(())
 }
 
@@ -535,61 +393,79 @@ pub fn emit(view: &View, out: &mut MetricSet) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::metrics::Format;
+    use rdma_probe::{Histogram, LatencySummary, PeerState, ProbeOp, RegistrationResult};
+    use std::collections::BTreeMap;
 
-    fn view() -> View {
-        View {
-            targets: vec![
-                TargetView {
-                    kind: "loopback".into(),
-                    device: "rxe0".into(),
-                    port: 1,
-                    peer: String::new(),
-                    op: "write".into(),
-                    latency: HistView {
-                        // Per bucket 2, 3, 0, 1 (the last in +Inf): cumulative 2, 5, 5, 6.
-                        cumulative: vec![(1e-5, 2), (2e-5, 5), (5e-5, 5), (f64::INFINITY, 6)],
-                        sum: 0.25,
-                        count: 6,
-                    },
-                    last: vec![("p99", 1.5e-5)],
-                    runs_total: 3,
-                    failures_total: BTreeMap::from([
-                        ("RETRY_EXC_ERR".to_string(), 2),
-                        ("TIMEOUT".to_string(), 1),
-                    ]),
-                    up: true,
-                },
-                TargetView {
-                    kind: "peer".into(),
-                    device: "rxe_a".into(),
-                    port: 1,
-                    peer: "10.0.0.2:9737".into(),
-                    op: "read".into(),
-                    ..TargetView::default()
-                },
-            ],
-            registrations: vec![RegistrationView {
+    fn snapshot() -> ProbeSnapshot {
+        let target = |kind, device: &str, peer: Option<&str>, op, latency_seconds| TargetResult {
+            kind,
+            device: device.into(),
+            port: 1,
+            peer: peer.map(str::to_string),
+            op,
+            size_bytes: 64,
+            latency_seconds,
+            last: None,
+            runs_total: 0,
+            failures_total: BTreeMap::new(),
+            up: false,
+            last_error: None,
+        };
+        // Per bucket 2, 3, 0, 1 (the last in +Inf): cumulative 2, 5, 5, 6.
+        let latency = Histogram::from_buckets(&[1e-5, 2e-5, 5e-5], &[2, 3, 0, 1], 0.25).unwrap();
+        let write = TargetResult {
+            last: Some(LatencySummary {
+                iterations: 6,
+                t_min_us: 5.0,
+                t_max_us: 60.0,
+                t_typical_us: 12.0,
+                t_avg_us: 20.0,
+                t_stdev_us: 3.0,
+                p99_us: 15.0,
+                p99_9_us: 60.0,
+            }),
+            runs_total: 3,
+            failures_total: BTreeMap::from([
+                ("RETRY_EXC_ERR".to_string(), 2),
+                ("TIMEOUT".to_string(), 1),
+            ]),
+            up: true,
+            ..target("loopback", "rxe0", None, ProbeOp::Write, latency)
+        };
+        let peer = target(
+            "peer",
+            "rxe_a",
+            Some("10.0.0.2:9737"),
+            ProbeOp::Read,
+            Histogram::new(&[]),
+        );
+        ProbeSnapshot {
+            clock: None,
+            rounds_total: 7,
+            cpu_seconds_total: 0.5,
+            uptime_seconds: 70.0,
+            targets: vec![write, peer],
+            registrations: vec![RegistrationResult {
                 device: "rxe0".into(),
                 size_bytes: 4096,
                 last_seconds: Some(0.001),
-                seconds: HistView {
-                    cumulative: vec![(1e-3, 1), (f64::INFINITY, 1)],
-                    sum: 0.001,
-                    count: 1,
-                },
+                seconds: Histogram::from_buckets(&[1e-3], &[1, 0], 0.001).unwrap(),
                 failures_total: 0,
             }],
-            peers: vec![("10.0.0.2:9737".into(), false)],
+            peers: vec![PeerState {
+                peer: "10.0.0.2:9737".into(),
+                connected: false,
+                connects_total: 0,
+                backoff_seconds: 1.0,
+            }],
             handshakes_accepted_total: 4,
             handshakes_refused_total: BTreeMap::from([("bad_mac".to_string(), 1)]),
-            cpu_seconds_total: 0.5,
-            rounds_total: 7,
         }
     }
 
     fn text() -> String {
         let mut set = MetricSet::new();
-        emit(&view(), &mut set).unwrap();
+        emit(&snapshot(), &mut set).unwrap();
         set.encode(Format::Text)
     }
 

@@ -26,7 +26,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rdma_trace::collector::Log2Histogram;
 use rdma_trace::{Selection, TraceCollector, TraceStats};
 use rdmakit::sysfs::DeviceFilter;
 
@@ -131,17 +130,10 @@ impl Collector for Trace {
 /// Nanoseconds per second, for the latency histogram.
 const NS_PER_SECOND: f64 = 1e9;
 
-/// A tracer histogram in Prometheus terms, bounds and sum divided by `scale`.
-fn histogram(h: &Log2Histogram, scale: f64) -> Value {
-    Value::Histogram(Histogram {
-        buckets: h
-            .cumulative()
-            .into_iter()
-            .map(|(le, n)| (le as f64 / scale, n))
-            .collect(),
-        count: h.count,
-        sum: h.sum as f64 / scale,
-    })
+/// A tracer histogram (65 powers of two) as exported: up to its highest non-empty bucket,
+/// bounds and sum divided by `scale`.
+fn histogram(h: &Histogram, scale: f64) -> Value {
+    Value::Histogram(h.trimmed().divided_by(scale))
 }
 
 /// Add the metric families of one tracer snapshot to `out`. Series of devices the filter
@@ -214,19 +206,21 @@ pub(crate) fn export(
 mod tests {
     use super::*;
     use crate::metrics::Format;
-    use rdma_trace::collector::{AsyncCount, ErrorCount, EventCount, TransitionCount};
+    use rdma_trace::collector::{
+        power_of_two_histogram, AsyncCount, ErrorCount, EventCount, TransitionCount,
+    };
     use rdma_trace::EventKind;
 
     fn stats() -> TraceStats {
-        let mut latency = Log2Histogram::default();
+        let mut latency = power_of_two_histogram();
         for ns in [1000, 3000, 5000] {
-            latency.observe(ns);
+            latency.observe(ns as f64);
         }
-        let mut size = Log2Histogram::default();
-        size.observe(4096);
-        size.observe(8192);
-        let mut other_dev = Log2Histogram::default();
-        other_dev.observe(1);
+        let mut size = power_of_two_histogram();
+        size.observe(4096.0);
+        size.observe(8192.0);
+        let mut other_dev = power_of_two_histogram();
+        other_dev.observe(1.0);
         TraceStats {
             probes: vec![],
             events: vec![

@@ -1,0 +1,198 @@
+//! What the probe engine publishes ([`ProbeSnapshot`], read through
+//! `engine::ProbeHandle::snapshot`), and the names it is made of. This module needs no
+//! `verbs` feature: rdmad maps a snapshot to its metrics (and tests that mapping) in a build
+//! without libibverbs, and only the engine that fills it needs verbs.
+//!
+//! The snapshot holds no key, rkey or address, so none can reach a metric label.
+use crate::stats::LatencySummary;
+pub use rdmakit::histogram::Histogram;
+use std::collections::BTreeMap;
+
+/// Latency buckets, seconds: from hardware RoCE (1-5 us) through Soft-RoCE under emulation
+/// (15-50 us) to retransmission territory (milliseconds).
+pub const LATENCY_BUCKETS: &[f64] = &[
+    1e-6, 2e-6, 5e-6, 10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 100e-3,
+];
+
+/// MR registration buckets, seconds.
+pub const REGISTRATION_BUCKETS: &[f64] = &[1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0];
+
+/// Which operation a probe measures.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeOp {
+    /// RC SEND/RECV ping-pong (like `ib_send_lat`), one-way = RTT/2.
+    Send,
+    /// RDMA WRITE ping-pong polling memory (like `ib_write_lat`), one-way = RTT/2.
+    Write,
+    /// RDMA READ, post to completion (like `ib_read_lat`), a full round trip.
+    Read,
+}
+
+impl ProbeOp {
+    /// Every operation.
+    pub const ALL: [ProbeOp; 3] = [ProbeOp::Send, ProbeOp::Write, ProbeOp::Read];
+
+    /// Lower-case name (`send`, `write`, `read`): the `op` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeOp::Send => "send",
+            ProbeOp::Write => "write",
+            ProbeOp::Read => "read",
+        }
+    }
+
+    /// The name perftest prints in its banner.
+    pub fn perftest_name(self) -> &'static str {
+        match self {
+            ProbeOp::Send => "Send",
+            ProbeOp::Write => "RDMA_Write",
+            ProbeOp::Read => "RDMA_Read",
+        }
+    }
+
+    /// Divisor from a measured round trip to the reported latency (perftest's rtt_factor).
+    pub fn rtt_factor(self) -> f64 {
+        match self {
+            ProbeOp::Send | ProbeOp::Write => 2.0,
+            ProbeOp::Read => 1.0,
+        }
+    }
+}
+
+impl std::str::FromStr for ProbeOp {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "send" => Ok(ProbeOp::Send),
+            "write" => Ok(ProbeOp::Write),
+            "read" => Ok(ProbeOp::Read),
+            other => Err(format!("unknown probe op {other:?} (send, write or read)")),
+        }
+    }
+}
+
+impl std::fmt::Display for ProbeOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which source the probe clock (`clock::Clock`, with the `verbs` feature) reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClockSource {
+    /// The CPU cycle counter, calibrated.
+    Tsc,
+    /// `clock_gettime(CLOCK_MONOTONIC)` through `Instant`.
+    Monotonic,
+}
+
+/// What was measured when the clock was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ClockInfo {
+    /// The source in use.
+    pub source: ClockSource,
+    /// Cost of one read of the source in use, nanoseconds.
+    pub read_cost_ns: f64,
+    /// Cost of one `Instant::now()`, nanoseconds.
+    pub monotonic_cost_ns: f64,
+    /// Cost of one cycle-counter read, nanoseconds (`None` where there is none).
+    pub tsc_cost_ns: Option<f64>,
+    /// Cycle-counter rate, GHz (`None` when not calibrated).
+    pub tsc_ghz: Option<f64>,
+}
+
+/// Results of one probe target (a device port's operation, or a peer's).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TargetResult {
+    /// `loopback` or `peer`.
+    pub kind: &'static str,
+    /// Local device.
+    pub device: String,
+    /// Local port.
+    pub port: u8,
+    /// The peer (`HOST:PORT`), for peer probes.
+    pub peer: Option<String>,
+    /// Operation.
+    pub op: ProbeOp,
+    /// Message size, bytes.
+    pub size_bytes: usize,
+    /// Latency of every sample so far, seconds (one-way for send/write loopback, RTT for
+    /// read and peers).
+    pub latency_seconds: Histogram,
+    /// perftest summary of the last successful run.
+    pub last: Option<LatencySummary>,
+    /// Successful runs.
+    pub runs_total: u64,
+    /// Failed runs by failure name (`RETRY_EXC_ERR`, `TIMEOUT`, `CONNECT_ERR`, ...).
+    pub failures_total: BTreeMap<String, u64>,
+    /// Whether the last run succeeded.
+    pub up: bool,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+}
+
+/// MR registration timings of one device and size.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RegistrationResult {
+    /// Device.
+    pub device: String,
+    /// Buffer size, bytes.
+    pub size_bytes: usize,
+    /// The last registration's duration, seconds.
+    pub last_seconds: Option<f64>,
+    /// All registrations, seconds.
+    pub seconds: Histogram,
+    /// Failed registrations.
+    pub failures_total: u64,
+}
+
+/// A peer's connection state.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PeerState {
+    /// `HOST:PORT`.
+    pub peer: String,
+    /// Connected (handshake done, QP in RTS).
+    pub connected: bool,
+    /// Successful connections so far.
+    pub connects_total: u64,
+    /// Current reconnect delay, seconds.
+    pub backoff_seconds: f64,
+}
+
+/// Everything the engine publishes.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProbeSnapshot {
+    /// The clock in use and what it costs.
+    pub clock: Option<ClockInfo>,
+    /// Rounds completed.
+    pub rounds_total: u64,
+    /// CPU time of all engine threads, seconds.
+    pub cpu_seconds_total: f64,
+    /// Seconds since the engine started.
+    pub uptime_seconds: f64,
+    /// One entry per target.
+    pub targets: Vec<TargetResult>,
+    /// MR registration timings.
+    pub registrations: Vec<RegistrationResult>,
+    /// Peers.
+    pub peers: Vec<PeerState>,
+    /// Handshakes this engine's listener accepted.
+    pub handshakes_accepted_total: u64,
+    /// Handshakes it refused, by reason (`bad_mac`, `replay`, `malformed`, ...).
+    pub handshakes_refused_total: BTreeMap<String, u64>,
+}
+
+impl ProbeSnapshot {
+    /// The target for `op` on `device` (loopback) or towards `peer`.
+    pub fn target(&self, device_or_peer: &str, op: ProbeOp) -> Option<&TargetResult> {
+        self.targets.iter().find(|t| {
+            t.op == op
+                && (t.peer.as_deref() == Some(device_or_peer)
+                    || (t.peer.is_none() && t.device == device_or_peer))
+        })
+    }
+}
