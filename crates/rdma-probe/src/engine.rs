@@ -7,6 +7,12 @@
 //! perftest summary, success and failure counts (failures by WC status name), handshake
 //! refusals by reason, and the CPU time all engine threads used. A failed probe's QPs and
 //! MRs are dropped and rebuilt; a failed peer is retried with exponential backoff.
+//!
+//! Peers are probed over [`PeerTransport::Ud`] (default: UD echo on one UD QP per local
+//! device, whatever the number of peers) or [`PeerTransport::Rc`] (one-sided READ or WRITE on
+//! an RC QP pair per peer). Both publish the same per-peer results: latency samples (round
+//! trips), runs, failures, and requests sent and lost (UD: a request without its reply within
+//! `reply_timeout`; RC: the request a failed run stopped at).
 use crate::clock::{Clock, ClockInfo};
 use crate::cpu::CpuMeter;
 use crate::failure::ProbeFailure;
@@ -14,15 +20,54 @@ use crate::handshake::Secret;
 use crate::histogram::{Histogram, LATENCY_BUCKETS, REGISTRATION_BUCKETS};
 use crate::loopback::{LoopbackProbe, RunParams};
 use crate::mrreg::{time_registrations, DEFAULT_MR_SIZES};
-use crate::peer::{PeerConn, PeerServer, ServerStats};
+use crate::peer::{PeerConn, PeerServer, ServerStats, UdPeerConn};
 use crate::rc::ProbeOp;
 use crate::stats::LatencySummary;
+use crate::ud::{DropReason, UdEndpoints, UdRun};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// How peers are probed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PeerTransport {
+    /// UD echo requests on one UD QP per local device (the `op` is `send`).
+    #[default]
+    Ud,
+    /// One-sided RDMA READ or WRITE on an RC QP per peer.
+    Rc,
+}
+
+impl PeerTransport {
+    /// `ud` or `rc`: the `transport` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerTransport::Ud => "ud",
+            PeerTransport::Rc => "rc",
+        }
+    }
+}
+
+impl std::str::FromStr for PeerTransport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "ud" => Ok(PeerTransport::Ud),
+            "rc" => Ok(PeerTransport::Rc),
+            other => Err(format!("unknown probe transport {other:?} (ud or rc)")),
+        }
+    }
+}
+
+impl std::fmt::Display for PeerTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// What the engine probes and how often.
 #[derive(Debug, Clone)]
@@ -57,8 +102,12 @@ pub struct EngineConfig {
     pub secret: Option<Secret>,
     /// Peers to probe, `HOST:PORT` of their `listen`.
     pub peers: Vec<String>,
-    /// Operation for peers: read or write.
+    /// How peers are probed (default UD).
+    pub transport: PeerTransport,
+    /// Operation for RC peers: read or write (UD peers are always `send`).
     pub peer_op: ProbeOp,
+    /// A UD request without its reply this long is lost.
+    pub reply_timeout: Duration,
     /// Device for peer QPs (default: the one owning the TCP connection's local address).
     pub peer_device: Option<String>,
     /// First reconnect delay after a peer failure; doubles up to `backoff_max`.
@@ -84,7 +133,9 @@ impl Default for EngineConfig {
             listen: None,
             secret: None,
             peers: Vec::new(),
+            transport: PeerTransport::Ud,
             peer_op: ProbeOp::Read,
+            reply_timeout: Duration::from_millis(500),
             peer_device: None,
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(60),
@@ -126,6 +177,8 @@ pub struct TargetResult {
     pub peer: Option<String>,
     /// Operation.
     pub op: ProbeOp,
+    /// `rc` (loopback and RC peers) or `ud`.
+    pub transport: PeerTransport,
     /// Message size, bytes.
     pub size_bytes: usize,
     /// Latency of every sample so far, seconds (one-way for send/write loopback, RTT for
@@ -135,6 +188,10 @@ pub struct TargetResult {
     pub last: Option<LatencySummary>,
     /// Successful runs.
     pub runs_total: u64,
+    /// Timed requests sent (peers; loopback counts none).
+    pub sent_total: u64,
+    /// Timed requests without an answer within the timeout (peers).
+    pub lost_total: u64,
     /// Failed runs by failure name (`RETRY_EXC_ERR`, `TIMEOUT`, `CONNECT_ERR`, ...).
     pub failures_total: BTreeMap<String, u64>,
     /// Whether the last run succeeded.
@@ -171,6 +228,22 @@ pub struct PeerState {
     pub backoff_seconds: f64,
 }
 
+/// The UD endpoint of one local device (one UD QP, whatever the number of peers).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UdEndpointState {
+    /// Device.
+    pub device: String,
+    /// Sessions now (peers we probe plus peers probing us).
+    pub sessions: usize,
+    /// Address handles now (one per peer GID).
+    pub address_handles: usize,
+    /// Requests answered.
+    pub answered_total: u64,
+    /// Datagrams dropped, by reason (`malformed`, `unknown_session`, `bad_tag`, ...; every
+    /// reason present, zeros included).
+    pub dropped_total: BTreeMap<String, u64>,
+}
+
 /// Everything the engine publishes.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ProbeSnapshot {
@@ -192,9 +265,16 @@ pub struct ProbeSnapshot {
     pub handshakes_accepted_total: u64,
     /// Handshakes it refused, by reason (`bad_mac`, `replay`, `malformed`, ...).
     pub handshakes_refused_total: BTreeMap<String, u64>,
+    /// The UD endpoints in use.
+    pub ud_endpoints: Vec<UdEndpointState>,
 }
 
 impl ProbeSnapshot {
+    /// The UD endpoint of `device`.
+    pub fn ud_endpoint(&self, device: &str) -> Option<&UdEndpointState> {
+        self.ud_endpoints.iter().find(|e| e.device == device)
+    }
+
     /// The target for `op` on `device` (loopback) or towards `peer`.
     pub fn target(&self, device_or_peer: &str, op: ProbeOp) -> Option<&TargetResult> {
         self.targets.iter().find(|t| {
@@ -219,6 +299,7 @@ struct Shared {
     rounds: AtomicU64,
     cpu_ns: Arc<AtomicU64>,
     server: Arc<ServerStats>,
+    ud: Arc<UdEndpoints>,
     started: Instant,
     stop: Mutex<bool>,
     wake: Condvar,
@@ -233,7 +314,27 @@ impl ProbeHandle {
     pub fn snapshot(&self) -> ProbeSnapshot {
         let s = &self.0;
         let st = s.state.lock().unwrap_or_else(|p| p.into_inner());
-        let cpu_ns = s.cpu_ns.load(Ordering::Relaxed) + s.server.cpu_ns.load(Ordering::Relaxed);
+        let endpoints = s.ud.all();
+        let ud_cpu: u64 = endpoints
+            .iter()
+            .map(|e| e.stats().cpu_ns.load(Ordering::Relaxed))
+            .sum();
+        let cpu_ns =
+            s.cpu_ns.load(Ordering::Relaxed) + s.server.cpu_ns.load(Ordering::Relaxed) + ud_cpu;
+        let mut ud_endpoints: Vec<UdEndpointState> = endpoints
+            .iter()
+            .map(|e| UdEndpointState {
+                device: e.device().to_string(),
+                sessions: e.sessions(),
+                address_handles: e.address_handles(),
+                answered_total: e.stats().answered.load(Ordering::Relaxed),
+                dropped_total: DropReason::ALL
+                    .iter()
+                    .map(|r| (r.name().to_string(), e.stats().dropped(*r)))
+                    .collect(),
+            })
+            .collect();
+        ud_endpoints.sort_by(|a, b| a.device.cmp(&b.device));
         ProbeSnapshot {
             clock: st.clock,
             rounds_total: s.rounds.load(Ordering::Relaxed),
@@ -244,6 +345,7 @@ impl ProbeHandle {
             peers: st.peers.clone(),
             handshakes_accepted_total: s.server.accepted.load(Ordering::Relaxed),
             handshakes_refused_total: s.server.refused(),
+            ud_endpoints,
         }
     }
 }
@@ -254,16 +356,37 @@ struct Key<'a> {
     port: u8,
     peer: Option<&'a str>,
     op: ProbeOp,
+    transport: PeerTransport,
     size: usize,
 }
 
+/// What one run adds to a target: its samples (or why it failed) and, for peers, the
+/// requests it sent and lost.
+struct Outcome {
+    result: Result<Vec<f64>, ProbeFailure>,
+    sent: u64,
+    lost: u64,
+}
+
+impl From<Result<Vec<f64>, ProbeFailure>> for Outcome {
+    fn from(result: Result<Vec<f64>, ProbeFailure>) -> Outcome {
+        Outcome {
+            result,
+            sent: 0,
+            lost: 0,
+        }
+    }
+}
+
 impl Shared {
-    fn record(&self, k: Key<'_>, result: Result<Vec<f64>, ProbeFailure>) {
+    fn record(&self, k: Key<'_>, outcome: impl Into<Outcome>) {
+        let Outcome { result, sent, lost } = outcome.into();
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let pos = st.targets.iter().position(|t| {
             t.kind == k.kind
                 && t.peer.as_deref() == k.peer
                 && t.op == k.op
+                && t.transport == k.transport
                 && (k.peer.is_some() || (t.device == k.device && t.port == k.port))
         });
         let t = match pos {
@@ -275,10 +398,13 @@ impl Shared {
                     port: k.port,
                     peer: k.peer.map(str::to_string),
                     op: k.op,
+                    transport: k.transport,
                     size_bytes: k.size,
                     latency_seconds: Histogram::new(LATENCY_BUCKETS),
                     last: None,
                     runs_total: 0,
+                    sent_total: 0,
+                    lost_total: 0,
                     failures_total: BTreeMap::new(),
                     up: false,
                     last_error: None,
@@ -290,6 +416,8 @@ impl Shared {
             t.device = k.device.to_string();
             t.port = k.port;
         }
+        t.sent_total += sent;
+        t.lost_total += lost;
         match result {
             Ok(mut samples) => {
                 for ns in &samples {
@@ -360,10 +488,20 @@ impl ProbeEngine {
                 "peer probes and the probe listener need a shared secret".into(),
             ));
         }
-        if config.peer_op == ProbeOp::Send {
+        if config.transport == PeerTransport::Rc && config.peer_op == ProbeOp::Send {
             return Err(EngineError::Config(
-                "peer probes are one-sided: peer op must be read or write".into(),
+                "RC peer probes are one-sided: peer op must be read or write".into(),
             ));
+        }
+        if config.transport == PeerTransport::Ud
+            && !config.peers.is_empty()
+            && config.size < crate::ud::UD_HEADER
+        {
+            return Err(EngineError::Config(format!(
+                "UD peer probes carry at least {} bytes (header and tag), not {}",
+                crate::ud::UD_HEADER,
+                config.size
+            )));
         }
         if !config.peers.is_empty() && config.size > crate::peer::PEER_BUFFER {
             return Err(EngineError::Config(format!(
@@ -386,6 +524,7 @@ impl ProbeEngine {
             rounds: AtomicU64::new(0),
             cpu_ns: Arc::new(AtomicU64::new(0)),
             server: Arc::new(ServerStats::default()),
+            ud: Arc::new(UdEndpoints::default()),
             started: Instant::now(),
             stop: Mutex::new(false),
             wake: Condvar::new(),
@@ -398,6 +537,7 @@ impl ProbeEngine {
                     config.peer_device.clone(),
                     config.gid_index,
                     Arc::clone(&shared.server),
+                    Arc::clone(&shared.ud),
                 )
                 .map_err(|source| EngineError::Listen { addr, source })?,
             ),
@@ -478,9 +618,24 @@ fn active_ports(filter: &[String]) -> Vec<(String, u8)> {
     out
 }
 
+/// A peer's connection, of the configured transport.
+enum Conn {
+    Rc(PeerConn),
+    Ud(UdPeerConn),
+}
+
+impl Conn {
+    fn device(&self) -> &str {
+        match self {
+            Conn::Rc(c) => c.device(),
+            Conn::Ud(c) => c.device(),
+        }
+    }
+}
+
 struct PeerLink {
     addr: String,
-    conn: Option<PeerConn>,
+    conn: Option<Conn>,
     backoff: Duration,
     next_attempt: Instant,
     connects: u64,
@@ -540,6 +695,7 @@ fn main_loop(shared: &Shared, cfg: &EngineConfig) {
                         port: probe.port(),
                         peer: None,
                         op,
+                        transport: PeerTransport::Rc,
                         size: cfg.size,
                     },
                     r,
@@ -617,7 +773,11 @@ fn peer_round(
             device,
             port: 1,
             peer: Some(peer),
-            op: cfg.peer_op,
+            op: match cfg.transport {
+                PeerTransport::Ud => ProbeOp::Send,
+                PeerTransport::Rc => cfg.peer_op,
+            },
+            transport: cfg.transport,
             size: cfg.size,
         }
     }
@@ -627,13 +787,17 @@ fn peer_round(
             return;
         }
         let secret = cfg.secret.as_ref().expect("checked at start");
-        match PeerConn::connect(
-            &link.addr,
-            secret,
-            cfg.peer_device.as_deref(),
-            cfg.gid_index,
-            cfg.size,
-        ) {
+        let (device, gid) = (cfg.peer_device.as_deref(), cfg.gid_index);
+        let made = match cfg.transport {
+            PeerTransport::Rc => {
+                PeerConn::connect(&link.addr, secret, device, gid, cfg.size).map(Conn::Rc)
+            }
+            PeerTransport::Ud => {
+                UdPeerConn::connect(&link.addr, secret, device, gid, cfg.size, &shared.ud)
+                    .map(Conn::Ud)
+            }
+        };
+        match made {
             Ok(c) => {
                 link.conn = Some(c);
                 link.connects += 1;
@@ -646,9 +810,36 @@ fn peer_round(
         }
     }
     let conn = link.conn.as_ref().expect("connected above");
-    let r = conn.run(cfg.peer_op, p.warmup, p.iterations, clock, p.timeout);
-    let ok = r.is_ok();
-    shared.record(key(cfg, conn.device(), &link.addr), r);
+    let outcome = match conn {
+        Conn::Rc(c) => {
+            let r = c.run(cfg.peer_op, p.warmup, p.iterations, clock, p.timeout);
+            // A run stops at its first failed request: that one is lost.
+            let (sent, lost) = if r.is_ok() { (p.iterations, 0) } else { (1, 1) };
+            Outcome {
+                result: r,
+                sent,
+                lost,
+            }
+        }
+        Conn::Ud(c) => {
+            let UdRun {
+                samples_ns,
+                sent,
+                lost,
+                failure,
+            } = c.run(p.warmup, p.iterations, clock, cfg.reply_timeout, p.timeout);
+            Outcome {
+                result: match failure {
+                    Some(f) => Err(f),
+                    None => Ok(samples_ns),
+                },
+                sent,
+                lost,
+            }
+        }
+    };
+    let ok = outcome.result.is_ok();
+    shared.record(key(cfg, conn.device(), &link.addr), outcome);
     if ok {
         link.backoff = cfg.backoff_min;
     } else {
@@ -672,12 +863,29 @@ mod tests {
             Err(EngineError::Config(_))
         ));
         let cfg = EngineConfig {
+            transport: PeerTransport::Rc,
             peer_op: ProbeOp::Send,
             ..EngineConfig::default()
         };
         match ProbeEngine::start(cfg) {
             Err(EngineError::Config(why)) => assert!(why.contains("one-sided"), "{why}"),
-            other => panic!("a SEND peer op must be a config error: {:?}", other.err()),
+            other => panic!(
+                "a SEND RC peer op must be a config error: {:?}",
+                other.err()
+            ),
+        }
+        let cfg = EngineConfig {
+            peers: vec!["127.0.0.1:1".into()],
+            secret: Some(Secret::new(b"0123456789abcdef").unwrap()),
+            size: 32,
+            ..EngineConfig::default()
+        };
+        match ProbeEngine::start(cfg) {
+            Err(EngineError::Config(why)) => assert!(why.contains("at least 48 bytes"), "{why}"),
+            other => panic!(
+                "32-byte UD probes must be a config error: {:?}",
+                other.err()
+            ),
         }
     }
 
@@ -733,7 +941,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(20);
         let fails = |h: &ProbeHandle| {
             h.snapshot()
-                .target(&addr.to_string(), ProbeOp::Read)
+                .target(&addr.to_string(), ProbeOp::Send)
                 .and_then(|t| t.failures_total.get("CONNECT_ERR").copied())
                 .unwrap_or(0)
         };
@@ -763,6 +971,18 @@ mod tests {
 
     /// Each failure waits the current backoff before the next attempt and doubles the one
     /// after, up to the bound: 10, 20, 40, 40 ms for a 10 ms start and a 40 ms bound.
+    #[test]
+    fn transports_parse_and_name_their_label() {
+        assert_eq!("ud".parse::<PeerTransport>(), Ok(PeerTransport::Ud));
+        assert_eq!("RC".parse::<PeerTransport>(), Ok(PeerTransport::Rc));
+        assert!("tcp"
+            .parse::<PeerTransport>()
+            .unwrap_err()
+            .contains("ud or rc"));
+        assert_eq!(EngineConfig::default().transport, PeerTransport::Ud);
+        assert_eq!(PeerTransport::Rc.to_string(), "rc");
+    }
+
     #[test]
     fn backoff_doubles_on_each_failure() {
         let min = Duration::from_millis(10);
