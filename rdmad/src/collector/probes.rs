@@ -3,9 +3,14 @@
 //! probes on its own interval in its own threads (started by `--probe.enable`); a scrape only
 //! copies its latest results, it never probes.
 //!
-//! - `rdma_probe_latency_seconds{device,port,op,kind,peer}`: histogram of every sample so far
-//!   (one-way for loopback send/write, round trip for read and peers); `kind` is `loopback`
-//!   or `peer`, `peer` is empty for loopback
+//! - `rdma_probe_latency_seconds{device,port,op,kind,peer,transport}`: histogram of every
+//!   sample so far (one-way for loopback send/write, round trip for read and peers); `kind` is
+//!   `loopback` or `peer`, `peer` is empty for loopback; `transport` is `ud` (UD echo, op
+//!   `send`) or `rc` (loopback, and RC peers' read/write): the same series for both
+//!   transports (`--probe.transport`)
+//! - `rdma_probe_sent_total{...}`, `rdma_probe_lost_total{...}`: timed requests to a peer, and
+//!   those without an answer within the timeout (UD: the reply timeout; RC: the request a
+//!   failed run stopped at); loss ratio = lost / sent
 //! - `rdma_probe_latency_last_seconds{...,stat}`: perftest's summary of the last successful
 //!   run, stat = min|max|typical|avg|stdev|p99|p99_9
 //! - `rdma_probe_runs_total{...}`, `rdma_probe_failures_total{...,status}` (work-completion
@@ -16,6 +21,10 @@
 //! - `rdma_probe_peer_connected{peer}`, `rdma_probe_handshakes_accepted_total`,
 //!   `rdma_probe_handshakes_refused_total{reason}`, `rdma_probe_cpu_seconds_total`,
 //!   `rdma_probe_rounds_total`
+//! - `rdma_probe_ud_dropped_total{device,reason}`: UD datagrams the device's UD endpoint
+//!   dropped (`malformed`, `unknown_session`, `bad_tag`, `wrong_source`, `replay`,
+//!   `unexpected`, `recv_error`, `reply_failed`), every reason exported, zeros included;
+//!   `rdma_probe_ud_answered_total{device}`, `rdma_probe_ud_sessions{device}`
 //!
 //! The mapping ([`emit`]) works on [`View`], plain data copied from the engine's snapshot, so
 //! it is tested without the `verbs` feature. The snapshot holds no key, rkey or address, and
@@ -70,6 +79,26 @@ const CPU_SECONDS: Declared = Declared::counter(
     "CPU time used by the probe engine's threads",
 );
 const ROUNDS: Declared = Declared::counter("rdma_probe_rounds", "Probe rounds completed");
+const SENT: Declared = Declared::counter(
+    "rdma_probe_sent",
+    "Timed probe requests sent to a peer (both transports)",
+);
+const LOST: Declared = Declared::counter(
+    "rdma_probe_lost",
+    "Timed probe requests to a peer without an answer within the timeout",
+);
+const UD_DROPPED: Declared = Declared::counter(
+    "rdma_probe_ud_dropped",
+    "UD datagrams the device's UD probe endpoint dropped, by reason",
+);
+const UD_ANSWERED: Declared = Declared::counter(
+    "rdma_probe_ud_answered",
+    "UD echo requests the device's UD probe endpoint answered",
+);
+const UD_SESSIONS: Declared = Declared::gauge(
+    "rdma_probe_ud_sessions",
+    "Peer sessions on the device's one UD probe QP (peers probed plus peers probing us)",
+);
 
 /// The table row. Off unless `--probe.enable` (which turns it on) or `--collector.probes`.
 pub const SPEC: CollectorSpec = CollectorSpec {
@@ -91,6 +120,11 @@ pub const SPEC: CollectorSpec = CollectorSpec {
         HANDSHAKES_ACCEPTED,
         CPU_SECONDS,
         ROUNDS,
+        SENT,
+        LOST,
+        UD_DROPPED,
+        UD_ANSWERED,
+        UD_SESSIONS,
     ],
     catalog_counters: &[],
     patterns: &[],
@@ -135,8 +169,30 @@ pub struct ProbeSettings {
     pub listen: Option<std::net::SocketAddr>,
     /// `--probe.peer`, each `HOST:PORT`.
     pub peers: Vec<String>,
+    /// `--probe.transport`.
+    pub transport: Transport,
     /// `--probe.secret-file` (the secret itself is only read when the engine starts).
     pub secret_file: Option<std::path::PathBuf>,
+}
+
+/// `--probe.transport`: how peers are probed (rdma-probe's `PeerTransport`, here so that the
+/// setting parses in builds without `verbs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// UD echo on one UD QP per local device.
+    #[default]
+    Ud,
+    /// RDMA READ on an RC QP per peer.
+    Rc,
+}
+
+/// `--probe.transport`: `ud` or `rc`.
+pub fn parse_transport(text: &str) -> Result<Transport, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "ud" => Ok(Transport::Ud),
+        "rc" => Ok(Transport::Rc),
+        _ => Err(format!("`{text}` is not a probe transport (`ud` or `rc`)")),
+    }
 }
 
 /// Defaults, the same as `rdma_probe::EngineConfig::default()`.
@@ -159,6 +215,7 @@ impl Default for ProbeSettings {
             mr_sizes: DEFAULT_MR_SIZES.to_vec(),
             listen: None,
             peers: Vec::new(),
+            transport: Transport::default(),
             secret_file: None,
         }
     }
@@ -251,6 +308,10 @@ pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> 
         listen: settings.listen,
         peers: settings.peers.clone(),
         secret,
+        transport: match settings.transport {
+            Transport::Ud => rdma_probe::PeerTransport::Ud,
+            Transport::Rc => rdma_probe::PeerTransport::Rc,
+        },
         ..rdma_probe::EngineConfig::default()
     };
     let engine = rdma_probe::ProbeEngine::start(config).context("--probe.enable")?;
@@ -259,6 +320,7 @@ pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> 
         size = settings.size,
         iterations = settings.iterations,
         peers = settings.peers.len(),
+        transport = ?settings.transport,
         listen = ?engine.listen_addr(),
         "probe engine started"
     );
@@ -338,6 +400,12 @@ pub struct TargetView {
     pub peer: String,
     /// `send`, `write` or `read`.
     pub op: String,
+    /// `ud` or `rc`.
+    pub transport: String,
+    /// Timed requests sent (peers).
+    pub sent_total: u64,
+    /// Timed requests without an answer within the timeout (peers).
+    pub lost_total: u64,
     /// Latency samples, seconds.
     pub latency: HistView,
     /// `(stat, seconds)` of the last successful run.
@@ -365,6 +433,19 @@ pub struct RegistrationView {
     pub failures_total: u64,
 }
 
+/// One device's UD probe endpoint.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UdEndpointView {
+    /// Device.
+    pub device: String,
+    /// Sessions now.
+    pub sessions: u64,
+    /// Requests answered.
+    pub answered_total: u64,
+    /// Datagrams dropped by reason.
+    pub dropped_total: BTreeMap<String, u64>,
+}
+
 /// What a scrape exports of the engine's snapshot.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct View {
@@ -382,6 +463,8 @@ pub struct View {
     pub cpu_seconds_total: f64,
     /// Rounds completed.
     pub rounds_total: u64,
+    /// UD endpoints.
+    pub ud_endpoints: Vec<UdEndpointView>,
 }
 
 #[cfg(feature = "verbs")]
@@ -408,6 +491,9 @@ impl From<&rdma_probe::ProbeSnapshot> for View {
                     port: t.port,
                     peer: t.peer.clone().unwrap_or_default(),
                     op: t.op.name().to_string(),
+                    transport: t.transport.name().to_string(),
+                    sent_total: t.sent_total,
+                    lost_total: t.lost_total,
                     latency: HistView::from(&t.latency_seconds),
                     last: t
                         .last
@@ -452,6 +538,16 @@ impl From<&rdma_probe::ProbeSnapshot> for View {
             handshakes_refused_total: s.handshakes_refused_total.clone(),
             cpu_seconds_total: s.cpu_seconds_total,
             rounds_total: s.rounds_total,
+            ud_endpoints: s
+                .ud_endpoints
+                .iter()
+                .map(|e| UdEndpointView {
+                    device: e.device.clone(),
+                    sessions: e.sessions as u64,
+                    answered_total: e.answered_total,
+                    dropped_total: e.dropped_total.clone(),
+                })
+                .collect(),
         }
     }
 }
@@ -463,6 +559,7 @@ fn target_labels(t: &TargetView) -> Labels {
         ("op", t.op.clone()),
         ("kind", t.kind.clone()),
         ("peer", t.peer.clone()),
+        ("transport", t.transport.clone()),
     ]
 }
 
@@ -481,6 +578,10 @@ pub fn emit(view: &View, out: &mut MetricSet) -> anyhow::Result<()> {
             out.add_declared(&LATENCY_LAST_SECONDS, lb, Value::Float(*seconds))?;
         }
         out.add_declared(&RUNS, l.clone(), Value::Int(t.runs_total))?;
+        if t.kind == "peer" {
+            out.add_declared(&SENT, l.clone(), Value::Int(t.sent_total))?;
+            out.add_declared(&LOST, l.clone(), Value::Int(t.lost_total))?;
+        }
         for (status, n) in &t.failures_total {
             let mut lb = l.clone();
             lb.push(("status", status.clone()));
@@ -526,6 +627,16 @@ pub fn emit(view: &View, out: &mut MetricSet) -> anyhow::Result<()> {
         vec![],
         Value::Int(view.handshakes_accepted_total),
     )?;
+    for e in &view.ud_endpoints {
+        let l: Labels = vec![("device", e.device.clone())];
+        for (reason, n) in &e.dropped_total {
+            let mut lb = l.clone();
+            lb.push(("reason", reason.clone()));
+            out.add_declared(&UD_DROPPED, lb, Value::Int(*n))?;
+        }
+        out.add_declared(&UD_ANSWERED, l.clone(), Value::Int(e.answered_total))?;
+        out.add_declared(&UD_SESSIONS, l, Value::Int(e.sessions))?;
+    }
     out.add_declared(&CPU_SECONDS, vec![], Value::Float(view.cpu_seconds_total))?;
     out.add_declared(&ROUNDS, vec![], Value::Int(view.rounds_total))?;
     Ok(())
@@ -545,6 +656,7 @@ mod tests {
                     port: 1,
                     peer: String::new(),
                     op: "write".into(),
+                    transport: "rc".into(),
                     latency: HistView {
                         // Per bucket 2, 3, 0, 1 (the last in +Inf): cumulative 2, 5, 5, 6.
                         cumulative: vec![(1e-5, 2), (2e-5, 5), (5e-5, 5), (f64::INFINITY, 6)],
@@ -553,6 +665,8 @@ mod tests {
                     },
                     last: vec![("p99", 1.5e-5)],
                     runs_total: 3,
+                    sent_total: 0,
+                    lost_total: 0,
                     failures_total: BTreeMap::from([
                         ("RETRY_EXC_ERR".to_string(), 2),
                         ("TIMEOUT".to_string(), 1),
@@ -564,7 +678,10 @@ mod tests {
                     device: "rxe_a".into(),
                     port: 1,
                     peer: "10.0.0.2:9737".into(),
-                    op: "read".into(),
+                    op: "send".into(),
+                    transport: "ud".into(),
+                    sent_total: 200,
+                    lost_total: 3,
                     ..TargetView::default()
                 },
             ],
@@ -584,6 +701,15 @@ mod tests {
             handshakes_refused_total: BTreeMap::from([("bad_mac".to_string(), 1)]),
             cpu_seconds_total: 0.5,
             rounds_total: 7,
+            ud_endpoints: vec![UdEndpointView {
+                device: "rxe_a".into(),
+                sessions: 2,
+                answered_total: 300,
+                dropped_total: BTreeMap::from([
+                    ("bad_tag".to_string(), 5),
+                    ("malformed".to_string(), 0),
+                ]),
+            }],
         }
     }
 
@@ -593,7 +719,10 @@ mod tests {
         set.encode(Format::Text)
     }
 
-    const WRITE: &str = "device=\"rxe0\",port=\"1\",op=\"write\",kind=\"loopback\",peer=\"\"";
+    const WRITE: &str =
+        "device=\"rxe0\",port=\"1\",op=\"write\",kind=\"loopback\",peer=\"\",transport=\"rc\"";
+    const UD_PEER: &str =
+        "device=\"rxe_a\",port=\"1\",op=\"send\",kind=\"peer\",peer=\"10.0.0.2:9737\",transport=\"ud\"";
 
     #[test]
     fn latency_is_one_histogram_with_cumulative_buckets_inf_sum_and_count() {
@@ -635,9 +764,12 @@ mod tests {
             "{text}"
         );
         // The peer target with no samples still has its series, with count 0.
-        assert!(text.contains(
-            "rdma_probe_latency_seconds_count{device=\"rxe_a\",port=\"1\",op=\"read\",kind=\"peer\",peer=\"10.0.0.2:9737\"} 0\n"
-        ), "{text}");
+        assert!(
+            text.contains(&format!(
+                "rdma_probe_latency_seconds_count{{{UD_PEER}}} 0\n"
+            )),
+            "{text}"
+        );
     }
 
     #[test]
@@ -666,6 +798,30 @@ mod tests {
             )),
             "{text}"
         );
+    }
+
+    #[test]
+    fn peers_count_requests_sent_and_lost_and_ud_endpoints_their_drops() {
+        let text = text();
+        for line in [
+            format!("rdma_probe_sent_total{{{UD_PEER}}} 200\n"),
+            format!("rdma_probe_lost_total{{{UD_PEER}}} 3\n"),
+            "rdma_probe_ud_dropped_total{device=\"rxe_a\",reason=\"bad_tag\"} 5\n".into(),
+            "rdma_probe_ud_dropped_total{device=\"rxe_a\",reason=\"malformed\"} 0\n".into(),
+            "rdma_probe_ud_answered_total{device=\"rxe_a\"} 300\n".into(),
+            "rdma_probe_ud_sessions{device=\"rxe_a\"} 2\n".into(),
+        ] {
+            assert!(text.contains(&line), "missing {line:?} in {text}");
+        }
+        // Loopback targets have no requests to lose.
+        assert!(
+            !text.contains(&format!("rdma_probe_sent_total{{{WRITE}}}")),
+            "{text}"
+        );
+        assert_eq!(parse_transport("UD"), Ok(Transport::Ud));
+        assert_eq!(parse_transport("rc"), Ok(Transport::Rc));
+        assert!(parse_transport("tcp").unwrap_err().contains("`ud` or `rc`"));
+        assert_eq!(ProbeSettings::default().transport, Transport::Ud);
     }
 
     #[test]
