@@ -168,6 +168,15 @@ pub struct Flags {
         value_name = "HOST:PORT"
     )]
     pub probe_peers: Option<Vec<String>>,
+    /// How peers are probed: `ud` (echo requests on one UD QP per local device, whatever
+    /// the number of peers) or `rc` (one-sided RDMA READ on an RC QP per peer) [default: ud].
+    #[arg(
+        long = "probe.transport",
+        env = "RDMAD_PROBE_TRANSPORT",
+        value_parser = probes::parse_transport,
+        value_name = "ud|rc"
+    )]
+    pub probe_transport: Option<probes::Transport>,
     /// File holding the shared secret of the peer handshake (never logged).
     #[arg(
         long = "probe.secret-file",
@@ -423,6 +432,10 @@ fn resolve_probe(flags: &Flags, file: &config::ProbeFile) -> Result<ProbeSetting
             .into_iter()
             .filter(|p| !p.trim().is_empty())
             .collect(),
+        transport: flags
+            .probe_transport
+            .or(file.transport)
+            .unwrap_or(default.transport),
         secret_file: flags
             .probe_secret_file
             .clone()
@@ -573,6 +586,15 @@ mod tests {
             s.probe.secret_file,
             Some(PathBuf::from("/etc/rdmad/probe.secret"))
         );
+        assert_eq!(s.probe.transport, probes::Transport::Ud, "UD by default");
+        assert_eq!(
+            settings(&["--probe.transport", "rc"]).probe.transport,
+            probes::Transport::Rc
+        );
+        assert!(matches!(
+            parse_from(["rdmad", "--probe.transport", "tcp"]),
+            Err(ParseFailure::Usage(_))
+        ));
         let s = settings(&["--probe.enable", "--no-collector.probes"]);
         assert!(s.probe.enable);
         assert!(!s.collectors.contains(&"probes"));

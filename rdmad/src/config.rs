@@ -67,6 +67,8 @@ pub struct ProbeFile {
     pub listen: Option<std::net::SocketAddr>,
     /// `probe.peer`, an array of `HOST:PORT`.
     pub peers: Option<Vec<String>>,
+    /// `probe.transport`, `"ud"` or `"rc"`.
+    pub transport: Option<crate::collector::probes::Transport>,
     /// `probe.secret-file`.
     pub secret_file: Option<PathBuf>,
 }
@@ -81,6 +83,7 @@ const PROBE_KEYS: &[&str] = &[
     "mr-sizes",
     "listen",
     "peer",
+    "transport",
     "secret-file",
 ];
 
@@ -225,6 +228,12 @@ fn probe_key(probe: &mut ProbeFile, key: &str, full: &str, value: &Value) -> Res
                 Some(parse_listen(string(full, value)?).map_err(|e| anyhow!("`{full}`: {e}"))?)
         }
         "peer" => probe.peers = Some(strings(value)?),
+        "transport" => {
+            probe.transport = Some(
+                crate::collector::probes::parse_transport(string(full, value)?)
+                    .map_err(|e| anyhow!("`{full}`: {e}"))?,
+            )
+        }
         "secret-file" => probe.secret_file = Some(PathBuf::from(string(full, value)?)),
         _ => return Err(unknown(full)),
     }
@@ -303,6 +312,7 @@ devices = ["rxe0", "rxe_a"]
 mr-sizes = [4096, "1M"]
 listen = ":9737"
 peer = ["10.0.0.2:9737"]
+transport = "rc"
 secret-file = "/etc/rdmad/probe.secret"
 "#,
         )
@@ -319,6 +329,11 @@ secret-file = "/etc/rdmad/probe.secret"
         assert_eq!(p.mr_sizes, Some(vec![4096, 1 << 20]));
         assert_eq!(p.listen.map(|a| a.port()), Some(9737));
         assert_eq!(p.peers, Some(vec!["10.0.0.2:9737".to_string()]));
+        assert_eq!(p.transport, Some(crate::collector::probes::Transport::Rc));
+        let err = parse("[probe]\ntransport = \"tcp\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`probe.transport`"), "{err}");
         assert_eq!(
             p.secret_file,
             Some(PathBuf::from("/etc/rdmad/probe.secret"))

@@ -7,18 +7,25 @@
 //! perftest summary, success and failure counts (failures by WC status name), handshake
 //! refusals by reason, and the CPU time all engine threads used. A failed probe's QPs and
 //! MRs are dropped and rebuilt; a failed peer is retried with exponential backoff.
+//!
+//! Peers are probed over [`PeerTransport::Ud`] (default: UD echo on one UD QP per local
+//! device, whatever the number of peers) or [`PeerTransport::Rc`] (one-sided READ or WRITE on
+//! an RC QP pair per peer). Both publish the same per-peer results: latency samples (round
+//! trips), runs, failures, and requests sent and lost (UD: a request without its reply within
+//! `reply_timeout`; RC: the request a failed run stopped at).
 use crate::clock::{Clock, ClockInfo};
 use crate::cpu::CpuMeter;
 use crate::failure::ProbeFailure;
 use crate::handshake::Secret;
 use crate::loopback::{LoopbackProbe, RunParams};
 use crate::mrreg::{time_registrations, DEFAULT_MR_SIZES};
-use crate::peer::{PeerConn, PeerServer, ServerStats};
+use crate::peer::{PeerConn, PeerServer, ServerStats, UdPeerConn};
 use crate::snapshot::{
-    Histogram, PeerState, ProbeOp, ProbeSnapshot, RegistrationResult, TargetResult,
-    LATENCY_BUCKETS, REGISTRATION_BUCKETS,
+    Histogram, PeerState, PeerTransport, ProbeOp, ProbeSnapshot, RegistrationResult, TargetResult,
+    UdEndpointState, LATENCY_BUCKETS, REGISTRATION_BUCKETS,
 };
 use crate::stats::LatencySummary;
+use crate::ud::{DropReason, UdEndpoints, UdRun};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,8 +66,12 @@ pub struct EngineConfig {
     pub secret: Option<Secret>,
     /// Peers to probe, `HOST:PORT` of their `listen`.
     pub peers: Vec<String>,
-    /// Operation for peers: read or write.
+    /// How peers are probed (default UD).
+    pub transport: PeerTransport,
+    /// Operation for RC peers: read or write (UD peers are always `send`).
     pub peer_op: ProbeOp,
+    /// A UD request without its reply this long is lost.
+    pub reply_timeout: Duration,
     /// Device for peer QPs (default: the one owning the TCP connection's local address).
     pub peer_device: Option<String>,
     /// First reconnect delay after a peer failure; doubles up to `backoff_max`.
@@ -86,7 +97,9 @@ impl Default for EngineConfig {
             listen: None,
             secret: None,
             peers: Vec::new(),
+            transport: PeerTransport::Ud,
             peer_op: ProbeOp::Read,
+            reply_timeout: Duration::from_millis(500),
             peer_device: None,
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(60),
@@ -129,6 +142,7 @@ struct Shared {
     rounds: AtomicU64,
     cpu_ns: Arc<AtomicU64>,
     server: Arc<ServerStats>,
+    ud: Arc<UdEndpoints>,
     started: Instant,
     stop: Mutex<bool>,
     wake: Condvar,
@@ -143,7 +157,27 @@ impl ProbeHandle {
     pub fn snapshot(&self) -> ProbeSnapshot {
         let s = &self.0;
         let st = s.state.lock().unwrap_or_else(|p| p.into_inner());
-        let cpu_ns = s.cpu_ns.load(Ordering::Relaxed) + s.server.cpu_ns.load(Ordering::Relaxed);
+        let endpoints = s.ud.all();
+        let ud_cpu: u64 = endpoints
+            .iter()
+            .map(|e| e.stats().cpu_ns.load(Ordering::Relaxed))
+            .sum();
+        let cpu_ns =
+            s.cpu_ns.load(Ordering::Relaxed) + s.server.cpu_ns.load(Ordering::Relaxed) + ud_cpu;
+        let mut ud_endpoints: Vec<UdEndpointState> = endpoints
+            .iter()
+            .map(|e| UdEndpointState {
+                device: e.device().to_string(),
+                sessions: e.sessions(),
+                address_handles: e.address_handles(),
+                answered_total: e.stats().answered.load(Ordering::Relaxed),
+                dropped_total: DropReason::ALL
+                    .iter()
+                    .map(|r| (r.name().to_string(), e.stats().dropped(*r)))
+                    .collect(),
+            })
+            .collect();
+        ud_endpoints.sort_by(|a, b| a.device.cmp(&b.device));
         ProbeSnapshot {
             clock: st.clock,
             rounds_total: s.rounds.load(Ordering::Relaxed),
@@ -154,6 +188,7 @@ impl ProbeHandle {
             peers: st.peers.clone(),
             handshakes_accepted_total: s.server.accepted.load(Ordering::Relaxed),
             handshakes_refused_total: s.server.refused(),
+            ud_endpoints,
         }
     }
 }
@@ -164,16 +199,37 @@ struct Key<'a> {
     port: u8,
     peer: Option<&'a str>,
     op: ProbeOp,
+    transport: PeerTransport,
     size: usize,
 }
 
+/// What one run adds to a target: its samples (or why it failed) and, for peers, the
+/// requests it sent and lost.
+struct Outcome {
+    result: Result<Vec<f64>, ProbeFailure>,
+    sent: u64,
+    lost: u64,
+}
+
+impl From<Result<Vec<f64>, ProbeFailure>> for Outcome {
+    fn from(result: Result<Vec<f64>, ProbeFailure>) -> Outcome {
+        Outcome {
+            result,
+            sent: 0,
+            lost: 0,
+        }
+    }
+}
+
 impl Shared {
-    fn record(&self, k: Key<'_>, result: Result<Vec<f64>, ProbeFailure>) {
+    fn record(&self, k: Key<'_>, outcome: impl Into<Outcome>) {
+        let Outcome { result, sent, lost } = outcome.into();
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let pos = st.targets.iter().position(|t| {
             t.kind == k.kind
                 && t.peer.as_deref() == k.peer
                 && t.op == k.op
+                && t.transport == k.transport
                 && (k.peer.is_some() || (t.device == k.device && t.port == k.port))
         });
         let t = match pos {
@@ -185,10 +241,13 @@ impl Shared {
                     port: k.port,
                     peer: k.peer.map(str::to_string),
                     op: k.op,
+                    transport: k.transport,
                     size_bytes: k.size,
                     latency_seconds: Histogram::new(LATENCY_BUCKETS),
                     last: None,
                     runs_total: 0,
+                    sent_total: 0,
+                    lost_total: 0,
                     failures_total: BTreeMap::new(),
                     up: false,
                     last_error: None,
@@ -200,6 +259,8 @@ impl Shared {
             t.device = k.device.to_string();
             t.port = k.port;
         }
+        t.sent_total += sent;
+        t.lost_total += lost;
         match result {
             Ok(mut samples) => {
                 for ns in &samples {
@@ -270,10 +331,20 @@ impl ProbeEngine {
                 "peer probes and the probe listener need a shared secret".into(),
             ));
         }
-        if config.peer_op == ProbeOp::Send {
+        if config.transport == PeerTransport::Rc && config.peer_op == ProbeOp::Send {
             return Err(EngineError::Config(
-                "peer probes are one-sided: peer op must be read or write".into(),
+                "RC peer probes are one-sided: peer op must be read or write".into(),
             ));
+        }
+        if config.transport == PeerTransport::Ud
+            && !config.peers.is_empty()
+            && config.size < crate::ud::UD_HEADER
+        {
+            return Err(EngineError::Config(format!(
+                "UD peer probes carry at least {} bytes (header and tag), not {}",
+                crate::ud::UD_HEADER,
+                config.size
+            )));
         }
         if !config.peers.is_empty() && config.size > crate::peer::PEER_BUFFER {
             return Err(EngineError::Config(format!(
@@ -296,6 +367,7 @@ impl ProbeEngine {
             rounds: AtomicU64::new(0),
             cpu_ns: Arc::new(AtomicU64::new(0)),
             server: Arc::new(ServerStats::default()),
+            ud: Arc::new(UdEndpoints::default()),
             started: Instant::now(),
             stop: Mutex::new(false),
             wake: Condvar::new(),
@@ -308,6 +380,7 @@ impl ProbeEngine {
                     config.peer_device.clone(),
                     config.gid_index,
                     Arc::clone(&shared.server),
+                    Arc::clone(&shared.ud),
                 )
                 .map_err(|source| EngineError::Listen { addr, source })?,
             ),
@@ -388,9 +461,24 @@ fn active_ports(filter: &[String]) -> Vec<(String, u8)> {
     out
 }
 
+/// A peer's connection, of the configured transport.
+enum Conn {
+    Rc(PeerConn),
+    Ud(UdPeerConn),
+}
+
+impl Conn {
+    fn device(&self) -> &str {
+        match self {
+            Conn::Rc(c) => c.device(),
+            Conn::Ud(c) => c.device(),
+        }
+    }
+}
+
 struct PeerLink {
     addr: String,
-    conn: Option<PeerConn>,
+    conn: Option<Conn>,
     backoff: Duration,
     next_attempt: Instant,
     connects: u64,
@@ -450,6 +538,7 @@ fn main_loop(shared: &Shared, cfg: &EngineConfig) {
                         port: probe.port(),
                         peer: None,
                         op,
+                        transport: PeerTransport::Rc,
                         size: cfg.size,
                     },
                     r,
@@ -527,7 +616,11 @@ fn peer_round(
             device,
             port: 1,
             peer: Some(peer),
-            op: cfg.peer_op,
+            op: match cfg.transport {
+                PeerTransport::Ud => ProbeOp::Send,
+                PeerTransport::Rc => cfg.peer_op,
+            },
+            transport: cfg.transport,
             size: cfg.size,
         }
     }
@@ -537,13 +630,17 @@ fn peer_round(
             return;
         }
         let secret = cfg.secret.as_ref().expect("checked at start");
-        match PeerConn::connect(
-            &link.addr,
-            secret,
-            cfg.peer_device.as_deref(),
-            cfg.gid_index,
-            cfg.size,
-        ) {
+        let (device, gid) = (cfg.peer_device.as_deref(), cfg.gid_index);
+        let made = match cfg.transport {
+            PeerTransport::Rc => {
+                PeerConn::connect(&link.addr, secret, device, gid, cfg.size).map(Conn::Rc)
+            }
+            PeerTransport::Ud => {
+                UdPeerConn::connect(&link.addr, secret, device, gid, cfg.size, &shared.ud)
+                    .map(Conn::Ud)
+            }
+        };
+        match made {
             Ok(c) => {
                 link.conn = Some(c);
                 link.connects += 1;
@@ -556,9 +653,36 @@ fn peer_round(
         }
     }
     let conn = link.conn.as_ref().expect("connected above");
-    let r = conn.run(cfg.peer_op, p.warmup, p.iterations, clock, p.timeout);
-    let ok = r.is_ok();
-    shared.record(key(cfg, conn.device(), &link.addr), r);
+    let outcome = match conn {
+        Conn::Rc(c) => {
+            let r = c.run(cfg.peer_op, p.warmup, p.iterations, clock, p.timeout);
+            // A run stops at its first failed request: that one is lost.
+            let (sent, lost) = if r.is_ok() { (p.iterations, 0) } else { (1, 1) };
+            Outcome {
+                result: r,
+                sent,
+                lost,
+            }
+        }
+        Conn::Ud(c) => {
+            let UdRun {
+                samples_ns,
+                sent,
+                lost,
+                failure,
+            } = c.run(p.warmup, p.iterations, clock, cfg.reply_timeout, p.timeout);
+            Outcome {
+                result: match failure {
+                    Some(f) => Err(f),
+                    None => Ok(samples_ns),
+                },
+                sent,
+                lost,
+            }
+        }
+    };
+    let ok = outcome.result.is_ok();
+    shared.record(key(cfg, conn.device(), &link.addr), outcome);
     if ok {
         link.backoff = cfg.backoff_min;
     } else {
@@ -582,12 +706,29 @@ mod tests {
             Err(EngineError::Config(_))
         ));
         let cfg = EngineConfig {
+            transport: PeerTransport::Rc,
             peer_op: ProbeOp::Send,
             ..EngineConfig::default()
         };
         match ProbeEngine::start(cfg) {
             Err(EngineError::Config(why)) => assert!(why.contains("one-sided"), "{why}"),
-            other => panic!("a SEND peer op must be a config error: {:?}", other.err()),
+            other => panic!(
+                "a SEND RC peer op must be a config error: {:?}",
+                other.err()
+            ),
+        }
+        let cfg = EngineConfig {
+            peers: vec!["127.0.0.1:1".into()],
+            secret: Some(Secret::new(b"0123456789abcdef").unwrap()),
+            size: 32,
+            ..EngineConfig::default()
+        };
+        match ProbeEngine::start(cfg) {
+            Err(EngineError::Config(why)) => assert!(why.contains("at least 48 bytes"), "{why}"),
+            other => panic!(
+                "32-byte UD probes must be a config error: {:?}",
+                other.err()
+            ),
         }
     }
 
@@ -643,7 +784,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(20);
         let fails = |h: &ProbeHandle| {
             h.snapshot()
-                .target(&addr.to_string(), ProbeOp::Read)
+                .target(&addr.to_string(), ProbeOp::Send)
                 .and_then(|t| t.failures_total.get("CONNECT_ERR").copied())
                 .unwrap_or(0)
         };
@@ -673,6 +814,18 @@ mod tests {
 
     /// Each failure waits the current backoff before the next attempt and doubles the one
     /// after, up to the bound: 10, 20, 40, 40 ms for a 10 ms start and a 40 ms bound.
+    #[test]
+    fn transports_parse_and_name_their_label() {
+        assert_eq!("ud".parse::<PeerTransport>(), Ok(PeerTransport::Ud));
+        assert_eq!("RC".parse::<PeerTransport>(), Ok(PeerTransport::Rc));
+        assert!("tcp"
+            .parse::<PeerTransport>()
+            .unwrap_err()
+            .contains("ud or rc"));
+        assert_eq!(EngineConfig::default().transport, PeerTransport::Ud);
+        assert_eq!(PeerTransport::Rc.to_string(), "rc");
+    }
+
     #[test]
     fn backoff_doubles_on_each_failure() {
         let min = Duration::from_millis(10);

@@ -9,13 +9,16 @@
 //!                                     <-  SERVER_OFFER offer_s, mac_s
 //! mac_c = HMAC-SHA256(secret, "rdma-probe/1 client" | nonce_c | nonce_s | offer_c)
 //! mac_s = HMAC-SHA256(secret, "rdma-probe/1 server" | nonce_c | nonce_s | offer_s)
+//! session = HMAC-SHA256(secret, "rdma-probe/1 ud session" | nonce_c | nonce_s)
 //! ```
 //!
 //! Both MACs cover both fresh nonces, so a recorded exchange cannot be replayed: the server's
 //! new nonce makes an old client MAC wrong, and a HELLO whose nonce the server has already
 //! seen is refused outright. MACs are checked with ring's `hmac::verify` (constant time). The
 //! server reveals its rkey only after the client proved it knows the secret; the client
-//! offers no memory at all. Frames are `type u8 | length u16 (big endian) | body`, at most
+//! offers no memory at all. Both ends also derive a [`SessionKey`] that never crosses the wire:
+//! the UD echo datagrams of this session carry its id and are authenticated with its key
+//! (`ud.rs`). Frames are `type u8 | length u16 (big endian) | body`, at most
 //! [`MAX_BODY`] bytes; anything else is refused without reading further. Nothing here logs.
 use rdma_verbs::{QpEndpoint, RemoteBuffer};
 use ring::hmac;
@@ -31,6 +34,10 @@ pub const MAX_BODY: usize = 128;
 const NONCE_LEN: usize = 16;
 const MAC_LEN: usize = 32;
 const OFFER_LEN: usize = 48;
+/// An offer with a UD endpoint: the 48 bytes, then UD QPN and Q_Key.
+const OFFER_UD_LEN: usize = OFFER_LEN + 8;
+const FLAG_BUFFER: u8 = 1;
+const FLAG_UD: u8 = 2;
 
 const T_HELLO: u8 = 1;
 const T_CHALLENGE: u8 = 2;
@@ -40,6 +47,7 @@ const T_REFUSED: u8 = 5;
 
 const LABEL_CLIENT: &[u8] = b"rdma-probe/1 client";
 const LABEL_SERVER: &[u8] = b"rdma-probe/1 server";
+const LABEL_SESSION: &[u8] = b"rdma-probe/1 ud session";
 
 /// A shared secret. `Debug` never shows it.
 #[derive(Clone)]
@@ -83,11 +91,57 @@ pub struct Offer {
     pub mtu: u8,
     /// The MR the client may READ/WRITE (server only; `Debug` hides its key and address).
     pub buffer: Option<RemoteBuffer>,
+    /// The sender's UD QP, for UD echo probes (then `endpoint.qp_num` and `psn` are 0 when
+    /// the session has no RC QP; `endpoint.gid` and `lid` address the UD QP).
+    pub ud: Option<UdEndpoint>,
+}
+
+/// A UD QP as the handshake announces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdEndpoint {
+    /// QP number (24 bits, never 0 or 1: those are the SMI and GSI QPs).
+    pub qp_num: u32,
+    /// The Q_Key its datagrams must carry (never a controlled one: top bit clear).
+    pub qkey: u32,
+}
+
+/// What both ends of one handshake derive for its UD datagrams: an id the datagrams carry
+/// and a key that authenticates them. `Debug` hides the key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SessionKey {
+    /// Names the session in every datagram.
+    pub id: u64,
+    /// SipHash-2-4 key of the datagrams' tags.
+    pub key: [u8; 16],
+}
+
+impl std::fmt::Debug for SessionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SessionKey({:016x})", self.id)
+    }
+}
+
+impl SessionKey {
+    fn derive(secret: &Secret, nc: &[u8], ns: &[u8]) -> SessionKey {
+        let tag = sign(secret, LABEL_SESSION, nc, ns, &[]);
+        let t = tag.as_ref();
+        SessionKey {
+            id: u64::from_be_bytes(t[0..8].try_into().expect("8 bytes")),
+            key: t[8..24].try_into().expect("16 bytes"),
+        }
+    }
 }
 
 impl Offer {
-    fn encode(&self) -> [u8; OFFER_LEN] {
-        let mut b = [0u8; OFFER_LEN];
+    fn encode(&self) -> Vec<u8> {
+        let mut b = vec![
+            0u8;
+            if self.ud.is_some() {
+                OFFER_UD_LEN
+            } else {
+                OFFER_LEN
+            }
+        ];
         let e = &self.endpoint;
         b[0..4].copy_from_slice(&e.qp_num.to_be_bytes());
         b[4..8].copy_from_slice(&e.psn.to_be_bytes());
@@ -95,29 +149,51 @@ impl Offer {
         b[24..26].copy_from_slice(&e.lid.to_be_bytes());
         b[26] = self.mtu;
         if let Some(r) = self.buffer {
-            b[27] = 1;
+            b[27] |= FLAG_BUFFER;
             b[28..36].copy_from_slice(&r.addr.to_be_bytes());
             b[36..40].copy_from_slice(&r.rkey.to_be_bytes());
             b[40..48].copy_from_slice(&r.len.to_be_bytes());
+        }
+        if let Some(u) = self.ud {
+            b[27] |= FLAG_UD;
+            b[48..52].copy_from_slice(&u.qp_num.to_be_bytes());
+            b[52..56].copy_from_slice(&u.qkey.to_be_bytes());
         }
         b
     }
 
     fn decode(b: &[u8]) -> Result<Offer, HandshakeError> {
-        if b.len() != OFFER_LEN {
+        if b.len() < OFFER_LEN {
+            return Err(HandshakeError::Malformed("offer length"));
+        }
+        let flags = b[27];
+        if flags & !(FLAG_BUFFER | FLAG_UD) != 0 {
+            return Err(HandshakeError::Malformed("offer flags"));
+        }
+        let want = if flags & FLAG_UD != 0 {
+            OFFER_UD_LEN
+        } else {
+            OFFER_LEN
+        };
+        if b.len() != want {
             return Err(HandshakeError::Malformed("offer length"));
         }
         let u32_at = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().expect("4 bytes"));
         let u64_at = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         let gid: [u8; 16] = b[8..24].try_into().expect("16 bytes");
-        let buffer = match b[27] {
-            0 => None,
-            1 => Some(RemoteBuffer {
-                addr: u64_at(28),
-                rkey: u32_at(36),
-                len: u64_at(40),
-            }),
-            _ => return Err(HandshakeError::Malformed("offer flags")),
+        let buffer = (flags & FLAG_BUFFER != 0).then(|| RemoteBuffer {
+            addr: u64_at(28),
+            rkey: u32_at(36),
+            len: u64_at(40),
+        });
+        let ud = if flags & FLAG_UD != 0 {
+            let (qp_num, qkey) = (u32_at(48), u32_at(52));
+            if !(2..=0x00ff_ffff).contains(&qp_num) || qkey & 0x8000_0000 != 0 {
+                return Err(HandshakeError::Malformed("offer UD QPN or Q_Key"));
+            }
+            Some(UdEndpoint { qp_num, qkey })
+        } else {
+            None
         };
         let psn = u32_at(4);
         if psn > 0x00ff_ffff || !(1..=5).contains(&b[26]) {
@@ -132,6 +208,7 @@ impl Offer {
             },
             mtu: b[26],
             buffer,
+            ud,
         })
     }
 }
@@ -312,6 +389,15 @@ fn read_frame<S: Read>(s: &mut S) -> Result<(u8, Vec<u8>), HandshakeError> {
 
 /// Read a frame of type `want` with exactly `len` bytes; a REFUSED frame becomes `Refused`.
 fn expect_frame<S: Read>(s: &mut S, want: u8, len: usize) -> Result<Vec<u8>, HandshakeError> {
+    expect_frame_of(s, want, &[len])
+}
+
+/// Read a frame of type `want` whose length is one of `lens`.
+fn expect_frame_of<S: Read>(
+    s: &mut S,
+    want: u8,
+    lens: &[usize],
+) -> Result<Vec<u8>, HandshakeError> {
     let (t, body) = read_frame(s)?;
     if t == T_REFUSED && body.len() == 1 {
         return Err(HandshakeError::Refused(refusal_text(body[0])));
@@ -319,11 +405,14 @@ fn expect_frame<S: Read>(s: &mut S, want: u8, len: usize) -> Result<Vec<u8>, Han
     if t != want {
         return Err(HandshakeError::Malformed("unexpected frame type"));
     }
-    if body.len() != len {
+    if !lens.contains(&body.len()) {
         return Err(HandshakeError::Malformed("wrong frame length"));
     }
     Ok(body)
 }
+
+/// The lengths of an offer frame's body: an offer (with or without UD) and its MAC.
+const OFFER_FRAMES: [usize; 2] = [OFFER_LEN + MAC_LEN, OFFER_UD_LEN + MAC_LEN];
 
 /// Client side: offer `ours`, get the server's offer (authenticated).
 pub fn client<S: Read + Write>(
@@ -331,6 +420,15 @@ pub fn client<S: Read + Write>(
     secret: &Secret,
     ours: &Offer,
 ) -> Result<Offer, HandshakeError> {
+    client_session(s, secret, ours).map(|(offer, _)| offer)
+}
+
+/// [`client`], also returning the session's UD key.
+pub fn client_session<S: Read + Write>(
+    s: &mut S,
+    secret: &Secret,
+    ours: &Offer,
+) -> Result<(Offer, SessionKey), HandshakeError> {
     let nc = fresh_nonce()?;
     let mut hello = Vec::with_capacity(21);
     hello.extend_from_slice(MAGIC);
@@ -343,10 +441,13 @@ pub fn client<S: Read + Write>(
     let mut body = offer.to_vec();
     body.extend_from_slice(tag.as_ref());
     write_frame(s, T_CLIENT_OFFER, &body)?;
-    let reply = expect_frame(s, T_SERVER_OFFER, OFFER_LEN + MAC_LEN)?;
-    let (offer_s, tag_s) = reply.split_at(OFFER_LEN);
+    let reply = expect_frame_of(s, T_SERVER_OFFER, &OFFER_FRAMES)?;
+    let (offer_s, tag_s) = reply.split_at(reply.len() - MAC_LEN);
     verify(secret, LABEL_SERVER, &nc, &ns, offer_s, tag_s)?;
-    Offer::decode(offer_s)
+    Ok((
+        Offer::decode(offer_s)?,
+        SessionKey::derive(secret, &nc, &ns),
+    ))
 }
 
 /// Server side: authenticate the client, let `respond` build our QP for the client's offer,
@@ -361,6 +462,23 @@ pub fn server<S, R, F>(
 where
     S: Read + Write,
     F: FnOnce(&Offer) -> Result<(Offer, R), String>,
+{
+    server_session(s, secret, seen, |offer: &Offer, _: &SessionKey| {
+        respond(offer)
+    })
+}
+
+/// [`server`] whose `respond` also gets the session's UD key (to register the session
+/// before the client learns it may send).
+pub fn server_session<S, R, F>(
+    s: &mut S,
+    secret: &Secret,
+    seen: &NonceCache,
+    respond: F,
+) -> Result<(Offer, R), HandshakeError>
+where
+    S: Read + Write,
+    F: FnOnce(&Offer, &SessionKey) -> Result<(Offer, R), String>,
 {
     let result = server_inner(s, secret, seen, respond);
     if let Err(e) = &result {
@@ -380,7 +498,7 @@ fn server_inner<S, R, F>(
 ) -> Result<(Offer, R), HandshakeError>
 where
     S: Read + Write,
-    F: FnOnce(&Offer) -> Result<(Offer, R), String>,
+    F: FnOnce(&Offer, &SessionKey) -> Result<(Offer, R), String>,
 {
     let hello = expect_frame(s, T_HELLO, 4 + 1 + NONCE_LEN)?;
     if &hello[..4] != MAGIC || hello[4] != VERSION {
@@ -392,11 +510,12 @@ where
     }
     let ns = fresh_nonce()?;
     write_frame(s, T_CHALLENGE, &ns)?;
-    let body = expect_frame(s, T_CLIENT_OFFER, OFFER_LEN + MAC_LEN)?;
-    let (offer_c, tag_c) = body.split_at(OFFER_LEN);
+    let body = expect_frame_of(s, T_CLIENT_OFFER, &OFFER_FRAMES)?;
+    let (offer_c, tag_c) = body.split_at(body.len() - MAC_LEN);
     verify(secret, LABEL_CLIENT, &nc, &ns, offer_c, tag_c)?;
     let theirs = Offer::decode(offer_c)?;
-    let (ours, built) = respond(&theirs).map_err(HandshakeError::Responder)?;
+    let session = SessionKey::derive(secret, &nc, &ns);
+    let (ours, built) = respond(&theirs, &session).map_err(HandshakeError::Responder)?;
     let offer_s = ours.encode();
     let tag = sign(secret, LABEL_SERVER, &nc, &ns, &offer_s);
     let mut reply = offer_s.to_vec();
@@ -454,6 +573,7 @@ mod tests {
             },
             mtu: 3,
             buffer: None,
+            ud: None,
         }
     }
 
@@ -471,6 +591,7 @@ mod tests {
                 rkey: 0xabcd,
                 len: 64,
             }),
+            ud: None,
         }
     }
 
@@ -675,6 +796,87 @@ mod tests {
         // Debug output of an offer hides the rkey and address.
         let dbg = format!("{o:?}");
         assert!(!dbg.contains("43981") && !dbg.contains("abcd"), "{dbg}");
+    }
+
+    fn ud_offer() -> Offer {
+        Offer {
+            endpoint: QpEndpoint {
+                qp_num: 0,
+                psn: 0,
+                gid: "::ffff:10.2.0.3".parse().unwrap(),
+                lid: 0,
+            },
+            mtu: 3,
+            buffer: None,
+            ud: Some(UdEndpoint {
+                qp_num: 0x51,
+                qkey: 0x1ee7_c0de,
+            }),
+        }
+    }
+
+    #[test]
+    fn ud_offers_round_trip_and_bad_ud_fields_are_rejected() {
+        let o = ud_offer();
+        let b = o.encode();
+        assert_eq!(b.len(), OFFER_UD_LEN);
+        assert_eq!(b[27], FLAG_UD);
+        assert_eq!(Offer::decode(&b).unwrap(), o);
+        // An RC offer is the same 48 bytes as before the UD extension.
+        assert_eq!(client_offer().encode().len(), OFFER_LEN);
+        let why = |b: &[u8]| match Offer::decode(b) {
+            Err(HandshakeError::Malformed(why)) => why,
+            other => panic!("a bad offer must be malformed: {other:?}"),
+        };
+        // The UD flag without its 8 bytes, or 8 bytes without the flag.
+        assert_eq!(why(&b[..OFFER_LEN]), "offer length");
+        let mut no_flag = b.clone();
+        no_flag[27] = 0;
+        assert_eq!(why(&no_flag), "offer length");
+        for (at, value) in [(48, 0u32), (48, 1), (48, 0x0100_0000), (52, 0x8000_0000)] {
+            let mut bad = b.clone();
+            bad[at..at + 4].copy_from_slice(&value.to_be_bytes());
+            assert_eq!(why(&bad), "offer UD QPN or Q_Key", "{at}: {value:#x}");
+        }
+        let mut bad = b.clone();
+        bad[27] = 4 | FLAG_UD;
+        assert_eq!(why(&bad), "offer flags");
+        assert!(fuzz_offer(&b));
+    }
+
+    #[test]
+    fn both_ends_of_a_ud_handshake_derive_the_same_session_key_and_no_two_sessions_share_one() {
+        let k = secret("a shared secret of 32 bytes!!!!!");
+        let seen = NonceCache::new(16);
+        let mut keys = Vec::new();
+        for _ in 0..2 {
+            let (mut a, mut b) = UnixStream::pair().unwrap();
+            for s in [&a, &b] {
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            }
+            let kc = k.clone();
+            let c = std::thread::spawn(move || client_session(&mut a, &kc, &ud_offer()));
+            let (theirs, server_key) = server_session(&mut b, &k, &seen, |theirs, key| {
+                assert_eq!(theirs.ud, ud_offer().ud);
+                Ok((ud_offer(), *key))
+            })
+            .expect("server accepted");
+            assert_eq!(theirs, ud_offer());
+            let (offer, client_key) = c.join().unwrap().expect("client accepted");
+            assert_eq!(offer, ud_offer());
+            assert_eq!(client_key, server_key, "both ends derive one key");
+            assert!(!format!("{client_key:?}").contains(&format!("{:?}", client_key.key)));
+            keys.push(client_key);
+        }
+        assert_ne!(keys[0].id, keys[1].id);
+        assert_ne!(keys[0].key, keys[1].key);
+        // Another secret, same nonces: another key.
+        let other = SessionKey::derive(
+            &secret("another secret of 32 bytes!!!!!!"),
+            &[1; 16],
+            &[2; 16],
+        );
+        assert_ne!(other, SessionKey::derive(&k, &[1; 16], &[2; 16]));
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //!   QP, raw CQ polling, a timestamp per post from the cheapest reliable clock ([`Clock`]),
 //!   perftest's statistics ([`LatencySummary`]).
 //! - MR registration time for 4 KiB..64 MiB ([`mrreg`]).
-//! - Peer probes ([`peer`]): engines exchange QP/GID/PSN/rkey over a TCP handshake
-//!   authenticated with HMAC-SHA256 ([`handshake`]) and probe each other with RDMA READ.
+//! - Peer probes ([`peer`]): engines exchange QP/GID/PSN/rkey (or a UD QPN and Q_Key) over a
+//!   TCP handshake authenticated with HMAC-SHA256 ([`handshake`]) and probe each other with
+//!   UD echo requests on one UD QP per device ([`ud`], the default) or with RDMA READ/WRITE
+//!   on an RC QP per peer.
 //! - [`ProbeEngine`]: all of it on an interval in its own threads, results published through
 //!   a [`ProbeHandle`] (histograms for Prometheus, summaries, failures by WC status name,
 //!   its own CPU time).
@@ -49,10 +51,12 @@ pub mod oneshot;
 pub mod peer;
 #[cfg(feature = "verbs")]
 mod rc;
+#[cfg(feature = "verbs")]
+pub mod ud;
 
 pub use snapshot::{
-    ClockInfo, ClockSource, Histogram, PeerState, ProbeOp, ProbeSnapshot, RegistrationResult,
-    TargetResult,
+    ClockInfo, ClockSource, Histogram, PeerState, PeerTransport, ProbeOp, ProbeSnapshot,
+    RegistrationResult, TargetResult, UdEndpointState,
 };
 pub use stats::LatencySummary;
 

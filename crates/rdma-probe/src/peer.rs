@@ -1,6 +1,8 @@
-//! Peer probes (pingmesh): a [`PeerServer`] accepts authenticated TCP handshakes and gives
-//! each client its own responder QP and MR; a [`PeerConn`] is the client end, probing the
-//! peer with one-sided RDMA READs (or WRITEs timed to their completion).
+//! Peer probes (pingmesh): a [`PeerServer`] accepts authenticated TCP handshakes. An RC client
+//! gets its own responder QP and MR and a [`PeerConn`] probes it with one-sided RDMA READs
+//! (or WRITEs timed to their completion). A UD client ([`UdPeerConn`]) gets a session on the
+//! server's one UD QP of that device ([`crate::ud`]) and probes it with UD echo requests: no
+//! QP per peer on either side.
 //!
 //! One-sided operations need no CPU on the peer, so the latency is the network's and the
 //! remote NIC's, not the remote scheduler's; a dead peer shows as `RETRY_EXC_ERR`. The TCP
@@ -11,10 +13,11 @@
 use crate::clock::Clock;
 use crate::cpu::CpuMeter;
 use crate::failure::{FailureKind, ProbeFailure};
-use crate::handshake::{self, NonceCache, Offer, Secret};
+use crate::handshake::{self, NonceCache, Offer, Secret, SessionKey};
 use crate::rc::{one_sided, Limits, PortInfo, Side};
 use crate::snapshot::ProbeOp;
-use rdma_verbs::{Context, GidType, Mtu, ProtectionDomain, RemoteBuffer, RtsParams};
+use crate::ud::{SessionGuard, UdEndpoint, UdEndpoints, UdRun};
+use rdma_verbs::{Context, GidType, Mtu, ProtectionDomain, QpEndpoint, RemoteBuffer, RtsParams};
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -58,7 +61,7 @@ impl ServerStats {
 }
 
 /// Open `device` (or the device owning `ip`'s RoCE v2 GID) and pick its port and GID.
-fn local_port(
+pub(crate) fn local_port(
     device: Option<&str>,
     gid_index: Option<u8>,
     ip: IpAddr,
@@ -123,11 +126,25 @@ fn peer_rts() -> RtsParams {
     }
 }
 
-/// A client's responder: QP and MR, alive while the client's TCP connection is.
-struct Responder {
-    _side: Side,
-    _pd: Arc<ProtectionDomain>,
-    _ctx: Arc<Context>,
+/// A client's responder, alive while the client's TCP connection is: its own QP and MR
+/// (RC), or a session on the device's UD QP (UD).
+enum Responder {
+    Rc {
+        _side: Side,
+        _pd: Arc<ProtectionDomain>,
+        _ctx: Arc<Context>,
+    },
+    Ud(#[allow(dead_code)] SessionGuard),
+}
+
+/// The endpoint description of a UD-only offer: no RC QP, the GID and LID of the UD QP.
+fn ud_only(port: &PortInfo) -> QpEndpoint {
+    QpEndpoint {
+        qp_num: 0,
+        psn: 0,
+        gid: port.gid.gid,
+        lid: port.lid,
+    }
 }
 
 /// Accepts peer handshakes on a TCP address until dropped or stopped.
@@ -147,13 +164,14 @@ impl std::fmt::Debug for PeerServer {
 
 impl PeerServer {
     /// Listen on `addr`; responders use `device` (or the device of the address a client
-    /// reached us on).
+    /// reached us on); UD clients get sessions on the endpoints of `ud`.
     pub fn start(
         addr: SocketAddr,
         secret: Secret,
         device: Option<String>,
         gid_index: Option<u8>,
         stats: Arc<ServerStats>,
+        ud: Arc<UdEndpoints>,
     ) -> io::Result<PeerServer> {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
@@ -163,7 +181,7 @@ impl PeerServer {
         let thread = std::thread::Builder::new()
             .name("rdma-probe-listen".into())
             .spawn(move || {
-                accept_loop(listener, secret, device, gid_index, stats, stop2);
+                accept_loop(listener, secret, device, gid_index, stats, ud, stop2);
             })?;
         Ok(PeerServer {
             stop,
@@ -193,6 +211,7 @@ fn accept_loop(
     device: Option<String>,
     gid_index: Option<u8>,
     stats: Arc<ServerStats>,
+    ud: Arc<UdEndpoints>,
     stop: Arc<AtomicBool>,
 ) {
     let seen = Arc::new(NonceCache::new(4096));
@@ -207,12 +226,13 @@ fn accept_loop(
                     drop(stream);
                     continue;
                 }
-                let (secret, device, client_stats, stop, seen) = (
+                let (secret, device, client_stats, stop, seen, ud) = (
                     secret.clone(),
                     device.clone(),
                     Arc::clone(&stats),
                     Arc::clone(&stop),
                     Arc::clone(&seen),
+                    Arc::clone(&ud),
                 );
                 let spawned = std::thread::Builder::new()
                     .name("rdma-probe-client".into())
@@ -225,6 +245,7 @@ fn accept_loop(
                             &client_stats,
                             &stop,
                             &seen,
+                            &ud,
                         )
                     });
                 match spawned {
@@ -245,6 +266,7 @@ fn accept_loop(
     meter.flush(&stats.cpu_ns);
 }
 
+#[allow(clippy::too_many_arguments)]
 fn serve_client(
     mut stream: TcpStream,
     secret: &Secret,
@@ -253,6 +275,7 @@ fn serve_client(
     stats: &ServerStats,
     stop: &AtomicBool,
     seen: &NonceCache,
+    ud: &UdEndpoints,
 ) {
     let mut meter = CpuMeter::start();
     let _ = stream.set_nonblocking(false);
@@ -263,8 +286,22 @@ fn serve_client(
         .local_addr()
         .map(|a| a.ip())
         .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-    let outcome = handshake::server(&mut stream, secret, seen, |theirs: &Offer| {
+    let respond = |theirs: &Offer, session: &SessionKey| {
         let (ctx, mut port) = local_port(device, gid_index, local_ip).map_err(|f| f.to_string())?;
+        if let Some(peer) = theirs.ud {
+            let endpoint = ud.get(&ctx, port).map_err(|f| f.to_string())?;
+            let port = endpoint.port().clone();
+            let ours = Offer {
+                endpoint: ud_only(&port),
+                mtu: port.mtu.raw() as u8,
+                buffer: None,
+                ud: Some(endpoint.address()),
+            };
+            // Registered before our offer goes out: the client's first request finds it.
+            let guard =
+                endpoint.add_responder(session, theirs.endpoint.gid, theirs.endpoint.lid, peer)?;
+            return Ok((ours, Responder::Ud(guard)));
+        }
         port.mtu = min_mtu(port.mtu, theirs.mtu);
         let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
         let side = Side::new(&ctx, &pd, PEER_BUFFER, random_psn()).map_err(|f| f.to_string())?;
@@ -274,16 +311,18 @@ fn serve_client(
             endpoint: side.endpoint(&port),
             mtu: port.mtu.raw() as u8,
             buffer: Some(side.remote()),
+            ud: None,
         };
         Ok((
             ours,
-            Responder {
+            Responder::Rc {
                 _side: side,
                 _pd: pd,
                 _ctx: ctx,
             },
         ))
-    });
+    };
+    let outcome = handshake::server_session(&mut stream, secret, seen, respond);
     let responder = match outcome {
         Ok((_, r)) => r,
         Err(e) => {
@@ -312,6 +351,165 @@ fn serve_client(
     drop(responder);
     stats.active.fetch_sub(1, Ordering::Relaxed);
     meter.flush(&stats.cpu_ns);
+}
+
+/// Whether the peer still holds its end of the control connection.
+fn stream_alive(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut b = [0u8; 1];
+    let alive = match stream.peek(&mut b) {
+        Ok(0) => false,
+        Ok(_) => true,
+        Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+    };
+    let _ = stream.set_nonblocking(false);
+    alive
+}
+
+/// Resolve `addr` and open the control connection with the handshake's timeouts.
+fn control_connection(addr: &str) -> Result<(TcpStream, IpAddr), ProbeFailure> {
+    let connect_err = |e: String| ProbeFailure::new(FailureKind::Connect, format!("{addr}: {e}"));
+    let target = addr
+        .to_socket_addrs()
+        .map_err(|e| connect_err(e.to_string()))?
+        .next()
+        .ok_or_else(|| connect_err("no address".into()))?;
+    let stream = TcpStream::connect_timeout(&target, HANDSHAKE_TIMEOUT)
+        .map_err(|e| connect_err(e.to_string()))?;
+    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT));
+    let _ = stream.set_nodelay(true);
+    let local_ip = stream
+        .local_addr()
+        .map_err(|e| connect_err(e.to_string()))?
+        .ip();
+    Ok((stream, local_ip))
+}
+
+/// The client end of a UD echo probe: a session on this host's UD QP of the device, towards
+/// the peer's UD QP. No QP of its own.
+pub struct UdPeerConn {
+    // Field order: the session goes before the endpoint reference the caller may drop.
+    session: SessionGuard,
+    endpoint: Arc<UdEndpoint>,
+    stream: TcpStream,
+    size: usize,
+    /// The peer's GID from its offer.
+    remote_gid: std::net::Ipv6Addr,
+}
+
+impl std::fmt::Debug for UdPeerConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdPeerConn")
+            .field("device", &self.endpoint.device())
+            .field("peer", &self.stream.peer_addr().ok())
+            .finish()
+    }
+}
+
+impl UdPeerConn {
+    /// Connect to the engine at `addr`, authenticate, and register a UD session on the
+    /// endpoint of `device` (or of the device owning the TCP connection's local address).
+    pub fn connect(
+        addr: &str,
+        secret: &Secret,
+        device: Option<&str>,
+        gid_index: Option<u8>,
+        size: usize,
+        endpoints: &UdEndpoints,
+    ) -> Result<UdPeerConn, ProbeFailure> {
+        if !(crate::ud::UD_HEADER..=PEER_BUFFER).contains(&size) {
+            return Err(ProbeFailure::new(
+                FailureKind::Setup,
+                format!(
+                    "UD probes use {}..={PEER_BUFFER} byte messages, not {size}",
+                    crate::ud::UD_HEADER
+                ),
+            ));
+        }
+        let (mut stream, local_ip) = control_connection(addr)?;
+        let (ctx, port) = local_port(device, gid_index, local_ip)?;
+        let endpoint = endpoints.get(&ctx, port)?;
+        let port = endpoint.port().clone();
+        let ours = Offer {
+            endpoint: ud_only(&port),
+            mtu: port.mtu.raw() as u8,
+            buffer: None,
+            ud: Some(endpoint.address()),
+        };
+        let (theirs, key) = handshake::client_session(&mut stream, secret, &ours)
+            .map_err(|e| ProbeFailure::new(FailureKind::Handshake, format!("{addr}: {e}")))?;
+        let peer = theirs.ud.ok_or_else(|| {
+            ProbeFailure::new(
+                FailureKind::Handshake,
+                format!("{addr}: the peer offered no UD QP"),
+            )
+        })?;
+        let session = endpoint
+            .add_requester(&key, theirs.endpoint.gid, theirs.endpoint.lid, peer)
+            .map_err(|e| ProbeFailure::new(FailureKind::Setup, format!("{addr}: {e}")))?;
+        Ok(UdPeerConn {
+            session,
+            endpoint,
+            stream,
+            size,
+            remote_gid: theirs.endpoint.gid,
+        })
+    }
+
+    /// Whether the peer's handshake offered our own GID (the "peer" is this engine).
+    pub fn is_self(&self) -> bool {
+        self.remote_gid == self.endpoint.port().gid.gid
+    }
+
+    /// The local device.
+    pub fn device(&self) -> &str {
+        self.endpoint.device()
+    }
+
+    /// The local UD endpoint.
+    pub fn endpoint(&self) -> &Arc<UdEndpoint> {
+        &self.endpoint
+    }
+
+    /// False once the peer closed the control connection.
+    pub fn alive(&self) -> bool {
+        stream_alive(&self.stream)
+    }
+
+    /// One run of echo requests; each is lost after `reply_timeout`, the run ends by
+    /// `timeout` from now.
+    pub fn run(
+        &self,
+        warmup: u64,
+        iterations: u64,
+        clock: &Clock,
+        reply_timeout: Duration,
+        timeout: Duration,
+    ) -> UdRun {
+        if !self.alive() {
+            return UdRun {
+                samples_ns: Vec::new(),
+                sent: 0,
+                lost: 0,
+                failure: Some(ProbeFailure::new(
+                    FailureKind::PeerClosed,
+                    "the peer closed the control connection",
+                )),
+            };
+        }
+        self.endpoint.probe(
+            &self.session,
+            warmup,
+            iterations,
+            self.size,
+            reply_timeout,
+            Instant::now() + timeout,
+            clock,
+        )
+    }
 }
 
 /// The client end of a peer probe.
@@ -351,22 +549,7 @@ impl PeerConn {
                 format!("peer probes use 1..={PEER_BUFFER} byte messages, not {size}"),
             ));
         }
-        let connect_err =
-            |e: String| ProbeFailure::new(FailureKind::Connect, format!("{addr}: {e}"));
-        let target = addr
-            .to_socket_addrs()
-            .map_err(|e| connect_err(e.to_string()))?
-            .next()
-            .ok_or_else(|| connect_err("no address".into()))?;
-        let mut stream = TcpStream::connect_timeout(&target, HANDSHAKE_TIMEOUT)
-            .map_err(|e| connect_err(e.to_string()))?;
-        let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-        let _ = stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT));
-        let _ = stream.set_nodelay(true);
-        let local_ip = stream
-            .local_addr()
-            .map_err(|e| connect_err(e.to_string()))?
-            .ip();
+        let (mut stream, local_ip) = control_connection(addr)?;
         let (ctx, mut port) = local_port(device, gid_index, local_ip)?;
         let pd = ctx
             .alloc_pd()
@@ -376,6 +559,7 @@ impl PeerConn {
             endpoint: side.endpoint(&port),
             mtu: port.mtu.raw() as u8,
             buffer: None,
+            ud: None,
         };
         let theirs = handshake::client(&mut stream, secret, &ours)
             .map_err(|e| ProbeFailure::new(FailureKind::Handshake, format!("{addr}: {e}")))?;
@@ -418,17 +602,7 @@ impl PeerConn {
 
     /// False once the peer closed the control connection.
     pub fn alive(&self) -> bool {
-        if self.stream.set_nonblocking(true).is_err() {
-            return false;
-        }
-        let mut b = [0u8; 1];
-        let alive = match self.stream.peek(&mut b) {
-            Ok(0) => false,
-            Ok(_) => true,
-            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
-        };
-        let _ = self.stream.set_nonblocking(false);
-        alive
+        stream_alive(&self.stream)
     }
 
     /// One run: READ (or WRITE) round trips in nanoseconds.

@@ -105,6 +105,44 @@ pub struct ClockInfo {
     pub tsc_ghz: Option<f64>,
 }
 
+/// How peers are probed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PeerTransport {
+    /// UD echo requests on one UD QP per local device (the `op` is `send`).
+    #[default]
+    Ud,
+    /// One-sided RDMA READ or WRITE on an RC QP per peer.
+    Rc,
+}
+
+impl PeerTransport {
+    /// `ud` or `rc`: the `transport` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerTransport::Ud => "ud",
+            PeerTransport::Rc => "rc",
+        }
+    }
+}
+
+impl std::str::FromStr for PeerTransport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "ud" => Ok(PeerTransport::Ud),
+            "rc" => Ok(PeerTransport::Rc),
+            other => Err(format!("unknown probe transport {other:?} (ud or rc)")),
+        }
+    }
+}
+
+impl std::fmt::Display for PeerTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Results of one probe target (a device port's operation, or a peer's).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TargetResult {
@@ -118,6 +156,8 @@ pub struct TargetResult {
     pub peer: Option<String>,
     /// Operation.
     pub op: ProbeOp,
+    /// `rc` (loopback and RC peers) or `ud`.
+    pub transport: PeerTransport,
     /// Message size, bytes.
     pub size_bytes: usize,
     /// Latency of every sample so far, seconds (one-way for send/write loopback, RTT for
@@ -127,6 +167,10 @@ pub struct TargetResult {
     pub last: Option<LatencySummary>,
     /// Successful runs.
     pub runs_total: u64,
+    /// Timed requests sent (peers; loopback counts none).
+    pub sent_total: u64,
+    /// Timed requests without an answer within the timeout (peers).
+    pub lost_total: u64,
     /// Failed runs by failure name (`RETRY_EXC_ERR`, `TIMEOUT`, `CONNECT_ERR`, ...).
     pub failures_total: BTreeMap<String, u64>,
     /// Whether the last run succeeded.
@@ -163,6 +207,22 @@ pub struct PeerState {
     pub backoff_seconds: f64,
 }
 
+/// The UD endpoint of one local device (one UD QP, whatever the number of peers).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UdEndpointState {
+    /// Device.
+    pub device: String,
+    /// Sessions now (peers we probe plus peers probing us).
+    pub sessions: usize,
+    /// Address handles now (one per peer GID).
+    pub address_handles: usize,
+    /// Requests answered.
+    pub answered_total: u64,
+    /// Datagrams dropped, by reason (`malformed`, `unknown_session`, `bad_tag`, ...; every
+    /// reason present, zeros included).
+    pub dropped_total: BTreeMap<String, u64>,
+}
+
 /// Everything the engine publishes.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ProbeSnapshot {
@@ -184,9 +244,16 @@ pub struct ProbeSnapshot {
     pub handshakes_accepted_total: u64,
     /// Handshakes it refused, by reason (`bad_mac`, `replay`, `malformed`, ...).
     pub handshakes_refused_total: BTreeMap<String, u64>,
+    /// The UD endpoints in use.
+    pub ud_endpoints: Vec<UdEndpointState>,
 }
 
 impl ProbeSnapshot {
+    /// The UD endpoint of `device`.
+    pub fn ud_endpoint(&self, device: &str) -> Option<&UdEndpointState> {
+        self.ud_endpoints.iter().find(|e| e.device == device)
+    }
+
     /// The target for `op` on `device` (loopback) or towards `peer`.
     pub fn target(&self, device_or_peer: &str, op: ProbeOp) -> Option<&TargetResult> {
         self.targets.iter().find(|t| {

@@ -48,6 +48,11 @@ pub struct WorkCompletion {
 }
 
 impl WorkCompletion {
+    /// A UD receive whose first 40 bytes hold a valid GRH (`IBV_WC_GRH`; always on RoCE).
+    pub fn has_grh(&self) -> bool {
+        self.wc_flags & ibv_wc_flags::IBV_WC_GRH.0 != 0
+    }
+
     pub(crate) fn from_raw(wc: &ibv_wc) -> Self {
         let has_imm = wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0;
         WorkCompletion {

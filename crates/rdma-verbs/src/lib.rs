@@ -7,7 +7,8 @@
 //! and get [`VerbsError::NoRdmaStack`] instead of a crash.
 //!
 //! Object graph: [`Context`] (an open device) -> [`ProtectionDomain`] -> [`MemoryRegion`] (and
-//! [`MemoryWindow`]s over it) and [`QueuePair`]; [`CompletionQueue`] hangs off the context.
+//! [`MemoryWindow`]s over it), [`QueuePair`] (RC, or UD with [`AddressHandle`]s); [`CompletionQueue`]
+//! hangs off the context.
 //! Every child holds an `Arc` to its parent, so a parent is freed only after all its children.
 //! No value read from the library is trusted: unknown enum codes become `Unknown(code)`
 //! variants or [`VerbsError::InvalidValue`], never a panic.
@@ -52,6 +53,7 @@ mod pd;
 mod port;
 mod qp;
 mod stack;
+mod ud;
 
 pub use codes::{
     AsyncEventType, AtomicCap, GidType, LinkLayer, Mtu, NodeType, PhysState, PortState, QpState,
@@ -67,5 +69,8 @@ pub use mr::{AccessFlags, MemoryRegion, RemoteBuffer};
 pub use mw::MemoryWindow;
 pub use pd::ProtectionDomain;
 pub use port::{speed_name, width_name, PortAttr};
-pub use qp::{QpCaps, QpEndpoint, QueuePair, RcLink, RtrAttr, RtrParams, RtsParams, SendOp, Sge};
+pub use qp::{
+    QpCaps, QpEndpoint, QpType, QueuePair, RcLink, RtrAttr, RtrParams, RtsParams, SendOp, Sge,
+};
 pub use stack::stack_available;
+pub use ud::{grh_source_gid, AddressHandle, UdDest, CONTROLLED_QKEY_BIT, GRH_LEN};

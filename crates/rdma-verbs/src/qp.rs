@@ -286,10 +286,39 @@ pub enum SendOp {
     },
 }
 
-/// A reliable-connected queue pair.
+/// The transport of a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub enum QpType {
+    /// Reliable connected (`IBV_QPT_RC`): one QP per peer, RDMA READ/WRITE.
+    Rc,
+    /// Unreliable datagram (`IBV_QPT_UD`): one QP talks to any number of peers, SEND only,
+    /// each message addressed by an [`AddressHandle`](crate::AddressHandle).
+    Ud,
+}
+
+impl QpType {
+    fn raw(self) -> ibv_qp_type::Type {
+        match self {
+            QpType::Rc => ibv_qp_type::IBV_QPT_RC,
+            QpType::Ud => ibv_qp_type::IBV_QPT_UD,
+        }
+    }
+
+    /// `RC` or `UD`.
+    pub fn name(self) -> &'static str {
+        match self {
+            QpType::Rc => "RC",
+            QpType::Ud => "UD",
+        }
+    }
+}
+
+/// A queue pair: reliable connected (this module) or unreliable datagram (`ud.rs`).
 pub struct QueuePair {
     qp: NonNull<ibv_qp>,
     qp_num: u32,
+    qp_type: QpType,
     /// Inline data bytes the provider granted at creation.
     max_inline: u32,
     // Dropped after the QP (declaration order): the QP must go before its CQs and PD.
@@ -314,16 +343,16 @@ impl std::fmt::Debug for QueuePair {
 }
 
 /// SGE lists up to this long are built on the stack (posting does not allocate).
-const INLINE_SGES: usize = 4;
+pub(crate) const INLINE_SGES: usize = 4;
 
-const EMPTY_SGE: ibv_sge = ibv_sge {
+pub(crate) const EMPTY_SGE: ibv_sge = ibv_sge {
     addr: 0,
     length: 0,
     lkey: 0,
 };
 
 /// Room for `n` raw SGEs: the stack array when it fits, else the (then filled) vector.
-fn sge_storage<'a>(
+pub(crate) fn sge_storage<'a>(
     stack: &'a mut [ibv_sge; INLINE_SGES],
     heap: &'a mut Vec<ibv_sge>,
     n: usize,
@@ -336,7 +365,7 @@ fn sge_storage<'a>(
     }
 }
 
-fn zeroed_attr() -> ibv_qp_attr {
+pub(crate) fn zeroed_attr() -> ibv_qp_attr {
     // SAFETY: ibv_qp_attr is integers, bytes and a GID union of bytes; all-zero is valid.
     unsafe { MaybeUninit::<ibv_qp_attr>::zeroed().assume_init() }
 }
@@ -345,6 +374,18 @@ impl ProtectionDomain {
     /// Create an RC QP (`ibv_create_qp`). Both CQs must belong to this PD's device.
     pub fn create_rc_qp(
         self: &Arc<Self>,
+        send_cq: &Arc<CompletionQueue>,
+        recv_cq: &Arc<CompletionQueue>,
+        caps: QpCaps,
+    ) -> Result<QueuePair, VerbsError> {
+        self.create_qp(QpType::Rc, send_cq, recv_cq, caps)
+    }
+
+    /// Create a QP of `qp_type` (`ibv_create_qp`); every send WR is signaled. Both CQs must
+    /// belong to this PD's device.
+    pub(crate) fn create_qp(
+        self: &Arc<Self>,
+        qp_type: QpType,
         send_cq: &Arc<CompletionQueue>,
         recv_cq: &Arc<CompletionQueue>,
         caps: QpCaps,
@@ -367,14 +408,14 @@ impl ProtectionDomain {
         init.cap.max_send_sge = caps.max_send_sge;
         init.cap.max_recv_sge = caps.max_recv_sge;
         init.cap.max_inline_data = caps.max_inline_data;
-        init.qp_type = ibv_qp_type::IBV_QPT_RC;
+        init.qp_type = qp_type.raw();
         init.sq_sig_all = 1;
         // SAFETY: the PD and both CQs are live (we hold Arcs); `init` is fully initialised.
         let qp = unsafe { ibv_create_qp(self.raw(), &mut init) };
         let qp = NonNull::new(qp).ok_or_else(|| {
             VerbsError::call(
                 "ibv_create_qp",
-                format!("{} (RC)", self.context().name()),
+                format!("{} ({})", self.context().name(), qp_type.name()),
                 -1,
             )
         })?;
@@ -383,6 +424,7 @@ impl ProtectionDomain {
         Ok(QueuePair {
             qp,
             qp_num,
+            qp_type,
             // ibv_create_qp writes the granted sizes back into `init.cap`.
             max_inline: init.cap.max_inline_data,
             send_cq: Arc::clone(send_cq),
@@ -414,7 +456,12 @@ impl QueuePair {
         self.qp_num
     }
 
-    fn device(&self) -> &str {
+    /// RC or UD.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    pub(crate) fn device(&self) -> &str {
         self.pd.context().name()
     }
 
@@ -467,7 +514,7 @@ impl QueuePair {
         }
     }
 
-    fn modify(
+    pub(crate) fn modify(
         &self,
         requested: QpState,
         attr: &mut ibv_qp_attr,
@@ -589,7 +636,11 @@ impl QueuePair {
 
     /// Check SGEs against their MRs and this QP's PD and write the raw entries into `out`
     /// (which has room for exactly `sges.len()` entries).
-    fn fill_sges(&self, sges: &[Sge<'_>], out: &mut [ibv_sge]) -> Result<(), VerbsError> {
+    pub(crate) fn fill_sges(
+        &self,
+        sges: &[Sge<'_>],
+        out: &mut [ibv_sge],
+    ) -> Result<(), VerbsError> {
         for (s, raw) in sges.iter().zip(out.iter_mut()) {
             if !Arc::ptr_eq(s.mr.pd(), &self.pd) {
                 return Err(VerbsError::InvalidArgument(

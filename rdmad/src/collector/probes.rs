@@ -3,9 +3,14 @@
 //! probes on its own interval in its own threads (started by `--probe.enable`); a scrape only
 //! copies its latest results, it never probes.
 //!
-//! - `rdma_probe_latency_seconds{device,port,op,kind,peer}`: histogram of every sample so far
-//!   (one-way for loopback send/write, round trip for read and peers); `kind` is `loopback`
-//!   or `peer`, `peer` is empty for loopback
+//! - `rdma_probe_latency_seconds{device,port,op,kind,peer,transport}`: histogram of every
+//!   sample so far (one-way for loopback send/write, round trip for read and peers); `kind` is
+//!   `loopback` or `peer`, `peer` is empty for loopback; `transport` is `ud` (UD echo, op
+//!   `send`) or `rc` (loopback, and RC peers' read/write): the same series for both
+//!   transports (`--probe.transport`)
+//! - `rdma_probe_sent_total{...}`, `rdma_probe_lost_total{...}`: timed requests to a peer, and
+//!   those without an answer within the timeout (UD: the reply timeout; RC: the request a
+//!   failed run stopped at); loss ratio = lost / sent
 //! - `rdma_probe_latency_last_seconds{...,stat}`: perftest's summary of the last successful
 //!   run, stat = min|max|typical|avg|stdev|p99|p99_9
 //! - `rdma_probe_runs_total{...}`, `rdma_probe_failures_total{...,status}` (work-completion
@@ -16,6 +21,10 @@
 //! - `rdma_probe_peer_connected{peer}`, `rdma_probe_handshakes_accepted_total`,
 //!   `rdma_probe_handshakes_refused_total{reason}`, `rdma_probe_cpu_seconds_total`,
 //!   `rdma_probe_rounds_total`
+//! - `rdma_probe_ud_dropped_total{device,reason}`: UD datagrams the device's UD endpoint
+//!   dropped (`malformed`, `unknown_session`, `bad_tag`, `wrong_source`, `replay`,
+//!   `unexpected`, `recv_error`, `reply_failed`), every reason exported, zeros included;
+//!   `rdma_probe_ud_answered_total{device}`, `rdma_probe_ud_sessions{device}`
 //!
 //! The mapping ([`emit`]) works on the engine's [`ProbeSnapshot`], whose types build without
 //! the `verbs` feature, so it is tested in either build. The snapshot holds no key, rkey or
@@ -70,6 +79,26 @@ const CPU_SECONDS: Declared = Declared::counter(
     "CPU time used by the probe engine's threads",
 );
 const ROUNDS: Declared = Declared::counter("rdma_probe_rounds", "Probe rounds completed");
+const SENT: Declared = Declared::counter(
+    "rdma_probe_sent",
+    "Timed probe requests sent to a peer (both transports)",
+);
+const LOST: Declared = Declared::counter(
+    "rdma_probe_lost",
+    "Timed probe requests to a peer without an answer within the timeout",
+);
+const UD_DROPPED: Declared = Declared::counter(
+    "rdma_probe_ud_dropped",
+    "UD datagrams the device's UD probe endpoint dropped, by reason",
+);
+const UD_ANSWERED: Declared = Declared::counter(
+    "rdma_probe_ud_answered",
+    "UD echo requests the device's UD probe endpoint answered",
+);
+const UD_SESSIONS: Declared = Declared::gauge(
+    "rdma_probe_ud_sessions",
+    "Peer sessions on the device's one UD probe QP (peers probed plus peers probing us)",
+);
 
 /// The table row. Off unless `--probe.enable` (which turns it on) or `--collector.probes`.
 pub const SPEC: CollectorSpec = CollectorSpec {
@@ -91,6 +120,11 @@ pub const SPEC: CollectorSpec = CollectorSpec {
         HANDSHAKES_ACCEPTED,
         CPU_SECONDS,
         ROUNDS,
+        SENT,
+        LOST,
+        UD_DROPPED,
+        UD_ANSWERED,
+        UD_SESSIONS,
     ],
     catalog_counters: &[],
     patterns: &[],
@@ -135,8 +169,23 @@ pub struct ProbeSettings {
     pub listen: Option<std::net::SocketAddr>,
     /// `--probe.peer`, each `HOST:PORT`.
     pub peers: Vec<String>,
+    /// `--probe.transport`.
+    pub transport: Transport,
     /// `--probe.secret-file` (the secret itself is only read when the engine starts).
     pub secret_file: Option<std::path::PathBuf>,
+}
+
+/// `--probe.transport`: how peers are probed (rdma-probe's verbs-free snapshot type, so the
+/// setting parses in builds without `verbs`).
+pub use rdma_probe::PeerTransport as Transport;
+
+/// `--probe.transport`: `ud` or `rc`.
+pub fn parse_transport(text: &str) -> Result<Transport, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "ud" => Ok(Transport::Ud),
+        "rc" => Ok(Transport::Rc),
+        _ => Err(format!("`{text}` is not a probe transport (`ud` or `rc`)")),
+    }
 }
 
 /// Defaults, the same as `rdma_probe::EngineConfig::default()`.
@@ -159,6 +208,7 @@ impl Default for ProbeSettings {
             mr_sizes: DEFAULT_MR_SIZES.to_vec(),
             listen: None,
             peers: Vec::new(),
+            transport: Transport::default(),
             secret_file: None,
         }
     }
@@ -251,6 +301,7 @@ pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> 
         listen: settings.listen,
         peers: settings.peers.clone(),
         secret,
+        transport: settings.transport,
         ..rdma_probe::EngineConfig::default()
     };
     let engine = rdma_probe::ProbeEngine::start(config).context("--probe.enable")?;
@@ -259,6 +310,7 @@ pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> 
         size = settings.size,
         iterations = settings.iterations,
         peers = settings.peers.len(),
+        transport = ?settings.transport,
         listen = ?engine.listen_addr(),
         "probe engine started"
     );
@@ -307,6 +359,7 @@ fn target_labels(t: &TargetResult) -> Labels {
         ("kind", t.kind.to_string()),
         // Empty for loopback.
         ("peer", t.peer.clone().unwrap_or_default()),
+        ("transport", t.transport.name().to_string()),
     ]
 }
 
@@ -335,6 +388,10 @@ pub fn emit(snapshot: &ProbeSnapshot, out: &mut MetricSet) -> anyhow::Result<()>
             }
         }
         out.add_declared(&RUNS, l.clone(), Value::Int(t.runs_total))?;
+        if t.kind == "peer" {
+            out.add_declared(&SENT, l.clone(), Value::Int(t.sent_total))?;
+            out.add_declared(&LOST, l.clone(), Value::Int(t.lost_total))?;
+        }
         for (status, n) in &t.failures_total {
             let mut lb = l.clone();
             lb.push(("status", status.clone()));
@@ -380,6 +437,16 @@ pub fn emit(snapshot: &ProbeSnapshot, out: &mut MetricSet) -> anyhow::Result<()>
         vec![],
         Value::Int(snapshot.handshakes_accepted_total),
     )?;
+    for e in &snapshot.ud_endpoints {
+        let l: Labels = vec![("device", e.device.clone())];
+        for (reason, n) in &e.dropped_total {
+            let mut lb = l.clone();
+            lb.push(("reason", reason.clone()));
+            out.add_declared(&UD_DROPPED, lb, Value::Int(*n))?;
+        }
+        out.add_declared(&UD_ANSWERED, l.clone(), Value::Int(e.answered_total))?;
+        out.add_declared(&UD_SESSIONS, l, Value::Int(e.sessions as u64))?;
+    }
     out.add_declared(
         &CPU_SECONDS,
         vec![],
@@ -393,7 +460,10 @@ pub fn emit(snapshot: &ProbeSnapshot, out: &mut MetricSet) -> anyhow::Result<()>
 mod tests {
     use super::*;
     use crate::metrics::Format;
-    use rdma_probe::{Histogram, LatencySummary, PeerState, ProbeOp, RegistrationResult};
+    use rdma_probe::{
+        Histogram, LatencySummary, PeerState, PeerTransport, ProbeOp, RegistrationResult,
+        UdEndpointState,
+    };
     use std::collections::BTreeMap;
 
     fn snapshot() -> ProbeSnapshot {
@@ -403,10 +473,13 @@ mod tests {
             port: 1,
             peer: peer.map(str::to_string),
             op,
+            transport: PeerTransport::Rc,
             size_bytes: 64,
             latency_seconds,
             last: None,
             runs_total: 0,
+            sent_total: 0,
+            lost_total: 0,
             failures_total: BTreeMap::new(),
             up: false,
             last_error: None,
@@ -432,13 +505,18 @@ mod tests {
             up: true,
             ..target("loopback", "rxe0", None, ProbeOp::Write, latency)
         };
-        let peer = target(
-            "peer",
-            "rxe_a",
-            Some("10.0.0.2:9737"),
-            ProbeOp::Read,
-            Histogram::new(&[]),
-        );
+        let peer = TargetResult {
+            transport: PeerTransport::Ud,
+            sent_total: 200,
+            lost_total: 3,
+            ..target(
+                "peer",
+                "rxe_a",
+                Some("10.0.0.2:9737"),
+                ProbeOp::Send,
+                Histogram::new(&[]),
+            )
+        };
         ProbeSnapshot {
             clock: None,
             rounds_total: 7,
@@ -460,6 +538,16 @@ mod tests {
             }],
             handshakes_accepted_total: 4,
             handshakes_refused_total: BTreeMap::from([("bad_mac".to_string(), 1)]),
+            ud_endpoints: vec![UdEndpointState {
+                device: "rxe_a".into(),
+                sessions: 2,
+                address_handles: 1,
+                answered_total: 300,
+                dropped_total: BTreeMap::from([
+                    ("bad_tag".to_string(), 5),
+                    ("malformed".to_string(), 0),
+                ]),
+            }],
         }
     }
 
@@ -469,7 +557,10 @@ mod tests {
         set.encode(Format::Text)
     }
 
-    const WRITE: &str = "device=\"rxe0\",port=\"1\",op=\"write\",kind=\"loopback\",peer=\"\"";
+    const WRITE: &str =
+        "device=\"rxe0\",port=\"1\",op=\"write\",kind=\"loopback\",peer=\"\",transport=\"rc\"";
+    const UD_PEER: &str =
+        "device=\"rxe_a\",port=\"1\",op=\"send\",kind=\"peer\",peer=\"10.0.0.2:9737\",transport=\"ud\"";
 
     #[test]
     fn latency_is_one_histogram_with_cumulative_buckets_inf_sum_and_count() {
@@ -511,9 +602,12 @@ mod tests {
             "{text}"
         );
         // The peer target with no samples still has its series, with count 0.
-        assert!(text.contains(
-            "rdma_probe_latency_seconds_count{device=\"rxe_a\",port=\"1\",op=\"read\",kind=\"peer\",peer=\"10.0.0.2:9737\"} 0\n"
-        ), "{text}");
+        assert!(
+            text.contains(&format!(
+                "rdma_probe_latency_seconds_count{{{UD_PEER}}} 0\n"
+            )),
+            "{text}"
+        );
     }
 
     #[test]
@@ -542,6 +636,30 @@ mod tests {
             )),
             "{text}"
         );
+    }
+
+    #[test]
+    fn peers_count_requests_sent_and_lost_and_ud_endpoints_their_drops() {
+        let text = text();
+        for line in [
+            format!("rdma_probe_sent_total{{{UD_PEER}}} 200\n"),
+            format!("rdma_probe_lost_total{{{UD_PEER}}} 3\n"),
+            "rdma_probe_ud_dropped_total{device=\"rxe_a\",reason=\"bad_tag\"} 5\n".into(),
+            "rdma_probe_ud_dropped_total{device=\"rxe_a\",reason=\"malformed\"} 0\n".into(),
+            "rdma_probe_ud_answered_total{device=\"rxe_a\"} 300\n".into(),
+            "rdma_probe_ud_sessions{device=\"rxe_a\"} 2\n".into(),
+        ] {
+            assert!(text.contains(&line), "missing {line:?} in {text}");
+        }
+        // Loopback targets have no requests to lose.
+        assert!(
+            !text.contains(&format!("rdma_probe_sent_total{{{WRITE}}}")),
+            "{text}"
+        );
+        assert_eq!(parse_transport("UD"), Ok(Transport::Ud));
+        assert_eq!(parse_transport("rc"), Ok(Transport::Rc));
+        assert!(parse_transport("tcp").unwrap_err().contains("`ud` or `rc`"));
+        assert_eq!(ProbeSettings::default().transport, Transport::Ud);
     }
 
     #[test]

@@ -12,8 +12,8 @@ use live_tests::LAB_DEVICE;
 use rdma_probe::mrreg::time_registrations;
 use rdma_probe::oneshot::ping_loopback;
 use rdma_probe::{
-    Clock, EngineConfig, FailureKind, LoopbackProbe, ProbeEngine, ProbeHandle, ProbeOp,
-    ProbeSnapshot, RunParams, Secret,
+    Clock, EngineConfig, FailureKind, LoopbackProbe, PeerTransport, ProbeEngine, ProbeHandle,
+    ProbeOp, ProbeSnapshot, RunParams, Secret,
 };
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -295,6 +295,8 @@ fn peer_engine(device: &str, listen: &str, peers: &[String], secret: &str) -> Pr
         listen: Some(listen.parse::<SocketAddr>().unwrap()),
         secret: Some(Secret::new(secret.as_bytes()).unwrap()),
         peers: peers.to_vec(),
+        // These tests are about RC READ peers (UD peers: probes_ud.rs).
+        transport: PeerTransport::Rc,
         backoff_min: Duration::from_millis(200),
         backoff_max: Duration::from_secs(1),
         ..EngineConfig::default()

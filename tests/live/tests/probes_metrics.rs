@@ -16,7 +16,9 @@ use live_tests::{Rdmad, LAB_DEVICE};
 const OPS: [&str; 3] = ["send", "write", "read"];
 
 fn labels(op: &str) -> String {
-    format!("device=\"{LAB_DEVICE}\",port=\"1\",op=\"{op}\",kind=\"loopback\",peer=\"\"")
+    format!(
+        "device=\"{LAB_DEVICE}\",port=\"1\",op=\"{op}\",kind=\"loopback\",peer=\"\",transport=\"rc\""
+    )
 }
 
 /// Whether every op of rxe0 has at least one latency sample.
