@@ -1,8 +1,8 @@
 //! Multi-host UD probes, run on h1 of `rdmactl lab test --hosts N` (N >= 3; tests/run boots
 //! 4): every other host runs rdmad with a probe listener, h1's rdmad probes them all over UD
 //! (the default transport), every pair h1 -> hK gets latency samples and no loss counter
-//! above what was sent, and each host holds exactly one UD QP on rxe0 however many peers it
-//! serves or probes. Independent of the other multi-host tests' faults: it starts and stops
+//! above what was sent, and each host holds exactly one UD QP more on rxe0 than before (the
+//! rdmad under test), however many peers it serves or probes. Independent of the other multi-host tests' faults: it starts and stops
 //! its own rdmad instances (by their pid) and needs every host up.
 #![forbid(unsafe_code)]
 
@@ -31,6 +31,17 @@ fn ud_qps(json: &str) -> usize {
 fn h1_probes_every_other_host_over_ud_with_one_ud_qp_per_host() {
     let n = lab_hosts(3);
     let others: Vec<String> = (2..=n).map(|k| format!("h{k}")).collect();
+    let qps_here = || {
+        let out = std::process::Command::new("rdma")
+            .args(["-j", "res", "show", "qp"])
+            .output()
+            .expect("rdma res show qp");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let qps_on = |h: &str| on_host(h, "rdma -j res show qp").ok("rdma res show qp");
+    // Whatever else may hold UD QPs: the rdmads under test add one each.
+    let before_here = ud_qps(&qps_here());
+    let before: Vec<usize> = others.iter().map(|h| ud_qps(&qps_on(h))).collect();
     for h in &others {
         on_host(
             h,
@@ -112,20 +123,20 @@ fn h1_probes_every_other_host_over_ud_with_one_ud_qp_per_host() {
             "FAIL: {p}: sent {sent}, lost {lost}, {samples} samples"
         );
     }
-    let here = std::process::Command::new("rdma")
-        .args(["-j", "res", "show", "qp"])
-        .output()
-        .expect("rdma res show qp");
-    let here = String::from_utf8_lossy(&here.stdout).to_string();
+    let here = qps_here();
     assert_eq!(
         ud_qps(&here),
-        1,
+        before_here + 1,
         "FAIL: h1 probes {} peers from one UD QP: {here}",
         peers.len()
     );
-    for h in &others {
-        let out = on_host(h, "rdma -j res show qp").ok("rdma res show qp");
-        assert_eq!(ud_qps(&out), 1, "FAIL: {h} answers from one UD QP: {out}");
+    for (h, b) in others.iter().zip(&before) {
+        let out = qps_on(h);
+        assert_eq!(
+            ud_qps(&out),
+            b + 1,
+            "FAIL: {h} answers from one UD QP: {out}"
+        );
     }
     drop(rdmad);
     for h in &others {
