@@ -149,6 +149,8 @@ const CODE: &[(&str, &str)] = &[
     code!("04_qp_states.c"),
     code!("05_rc_loopback.c"),
     code!("05_rdma_cm.c"),
+    code!("05_rc_tcp.c"),
+    code!("05_cm_event_loop.c"),
     code!("06_write_read.c"),
     code!("07_gid_table.c"),
     code!("08_wc_errors.c"),
