@@ -116,7 +116,7 @@ macro_rules! chapter {
 
 /// The chapters, in order. `stringify!` keeps the leading zero of `01`..`09`.
 #[allow(clippy::zero_prefixed_literal)]
-const CHAPTERS: [Chapter; 11] = [
+const CHAPTERS: [Chapter; 12] = [
     chapter!(01, "why-rdma"),
     chapter!(02, "architecture"),
     chapter!(03, "memory-registration"),
@@ -128,6 +128,7 @@ const CHAPTERS: [Chapter; 11] = [
     chapter!(09, "resources"),
     chapter!(10, "security"),
     chapter!(11, "observing"),
+    chapter!(12, "api-breadth"),
 ];
 
 macro_rules! code {
@@ -157,6 +158,10 @@ const CODE: &[(&str, &str)] = &[
     code!("09_teardown.c"),
     code!("10_rkey_check.c"),
     code!("11_counters.c"),
+    code!("12_ud.c"),
+    code!("12_srq_async.c"),
+    code!("12_inline_signal.c"),
+    code!("12_wr_api.c"),
 ];
 
 /// The experiments `rdmactl experiment run <name>` provides (the one list, in rdmakit's
@@ -571,7 +576,8 @@ mod tests {
         assert_eq!(find("3").unwrap().slug, "memory-registration");
         assert_eq!(find("03").unwrap().slug, "memory-registration");
         assert_eq!(find("security").unwrap().number, 10);
-        assert!(find("12").is_err());
+        assert_eq!(find("12").unwrap().slug, "api-breadth");
+        assert!(find("13").is_err());
         assert!(find("nope").is_err());
     }
 

@@ -259,13 +259,15 @@ spelled_enum! {
         Security => "security",
         /// Chapter 11.
         Observing => "observing",
+        /// Chapter 12.
+        ApiBreadth => "api-breadth",
     }
 }
 
 impl Lesson {
-    /// The chapter number (1 for why-rdma ... 11 for observing).
+    /// The chapter number (1 for why-rdma ... 12 for api-breadth).
     pub fn chapter(self) -> u8 {
-        // ALL is in chapter order and has 11 entries, so the index always fits.
+        // ALL is in chapter order and has 12 entries, so the index always fits.
         Lesson::ALL
             .iter()
             .position(|l| *l == self)
