@@ -162,6 +162,7 @@ const CODE: &[(&str, &str)] = &[
     code!("12_srq_async.c"),
     code!("12_inline_signal.c"),
     code!("12_wr_api.c"),
+    code!("12_fence_events.c"),
 ];
 
 /// The experiments `rdmactl experiment run <name>` provides (the one list, in rdmakit's

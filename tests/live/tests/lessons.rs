@@ -365,3 +365,21 @@ fn ch12_extended_wr_api_batch() {
         .line("A: wr_id 1 ")
         .contains("IBV_WC_SUCCESS, opcode RDMA_WRITE"));
 }
+
+#[test]
+fn ch12_fence_solicited_events_and_cq_moderation() {
+    let r = run_ok("12_fence_events", &[]);
+    r.expect("   READ then SEND, with fence: B received \"fresh data, read from B\"")
+        .expect("2. SEND 3: completion event at B: no")
+        .expect("2. SEND 4 with IBV_SEND_SOLICITED: completion event at B: yes")
+        .expect("   one event, then 4 completions in B's CQ")
+        // rxe has no CQ moderation: the example must say so, not pretend.
+        .expect("3. CQ moderation (ibv_modify_cq): not supported by rxe0: Operation not supported");
+    for i in 1..=3 {
+        assert!(
+            r.line(&format!("2. SEND {i}:")).ends_with("no"),
+            "an unsolicited SEND woke B:\n{}",
+            r.stdout
+        );
+    }
+}
