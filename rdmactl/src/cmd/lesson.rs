@@ -116,7 +116,7 @@ macro_rules! chapter {
 
 /// The chapters, in order. `stringify!` keeps the leading zero of `01`..`09`.
 #[allow(clippy::zero_prefixed_literal)]
-const CHAPTERS: [Chapter; 12] = [
+const CHAPTERS: [Chapter; 13] = [
     chapter!(01, "why-rdma"),
     chapter!(02, "architecture"),
     chapter!(03, "memory-registration"),
@@ -129,6 +129,7 @@ const CHAPTERS: [Chapter; 12] = [
     chapter!(10, "security"),
     chapter!(11, "observing"),
     chapter!(12, "api-breadth"),
+    chapter!(13, "design-patterns"),
 ];
 
 macro_rules! code {
@@ -578,7 +579,8 @@ mod tests {
         assert_eq!(find("03").unwrap().slug, "memory-registration");
         assert_eq!(find("security").unwrap().number, 10);
         assert_eq!(find("12").unwrap().slug, "api-breadth");
-        assert!(find("13").is_err());
+        assert_eq!(find("13").unwrap().slug, "design-patterns");
+        assert!(find("14").is_err());
         assert!(find("nope").is_err());
     }
 

@@ -261,13 +261,15 @@ spelled_enum! {
         Observing => "observing",
         /// Chapter 12.
         ApiBreadth => "api-breadth",
+        /// Chapter 13.
+        DesignPatterns => "design-patterns",
     }
 }
 
 impl Lesson {
-    /// The chapter number (1 for why-rdma ... 12 for api-breadth).
+    /// The chapter number (1 for why-rdma ... 13 for design-patterns).
     pub fn chapter(self) -> u8 {
-        // ALL is in chapter order and has 12 entries, so the index always fits.
+        // ALL is in chapter order and has 13 entries, so the index always fits.
         Lesson::ALL
             .iter()
             .position(|l| *l == self)
