@@ -28,11 +28,16 @@ enum LessonCommand {
     },
     /// Print one chapter, with its C example inlined.
     Show {
-        /// Chapter number (1-11) or slug (e.g. 3, 03, memory-registration).
+        /// Chapter number (1-13) or slug (e.g. 3, 03, memory-registration).
         chapter: String,
         /// Language of the chapter.
         #[arg(long, value_enum, default_value_t = Lang::En)]
         lang: Lang,
+    },
+    /// Checked exercises: `list`, `start NAME`, `check NAME`.
+    Exercise {
+        #[command(subcommand)]
+        command: super::exercise::ExerciseCommand,
     },
 }
 
@@ -184,6 +189,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "\nRead one with `rdmactl lesson show N [--lang en|it]`.\nHands-on: `rdmactl experiment run NAME`, NAME one of: {}.",
                 EXPERIMENTS.join(", ")
             )?;
+        }
+        LessonCommand::Exercise { command } => {
+            drop(out);
+            return super::exercise::run(command);
         }
         LessonCommand::Show { chapter, lang } => {
             let c = find(&chapter)?;
