@@ -28,7 +28,7 @@ enum LessonCommand {
     },
     /// Print one chapter, with its C example inlined.
     Show {
-        /// Chapter number (1-13) or slug (e.g. 3, 03, memory-registration).
+        /// Chapter number (1-14) or slug (e.g. 3, 03, memory-registration).
         chapter: String,
         /// Language of the chapter.
         #[arg(long, value_enum, default_value_t = Lang::En)]
@@ -121,7 +121,7 @@ macro_rules! chapter {
 
 /// The chapters, in order. `stringify!` keeps the leading zero of `01`..`09`.
 #[allow(clippy::zero_prefixed_literal)]
-const CHAPTERS: [Chapter; 13] = [
+const CHAPTERS: [Chapter; 14] = [
     chapter!(01, "why-rdma"),
     chapter!(02, "architecture"),
     chapter!(03, "memory-registration"),
@@ -135,6 +135,7 @@ const CHAPTERS: [Chapter; 13] = [
     chapter!(11, "observing"),
     chapter!(12, "api-breadth"),
     chapter!(13, "design-patterns"),
+    chapter!(14, "tools"),
 ];
 
 macro_rules! code {
@@ -589,7 +590,8 @@ mod tests {
         assert_eq!(find("security").unwrap().number, 10);
         assert_eq!(find("12").unwrap().slug, "api-breadth");
         assert_eq!(find("13").unwrap().slug, "design-patterns");
-        assert!(find("14").is_err());
+        assert_eq!(find("14").unwrap().slug, "tools");
+        assert!(find("15").is_err());
         assert!(find("nope").is_err());
     }
 
