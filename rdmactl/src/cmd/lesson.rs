@@ -28,11 +28,16 @@ enum LessonCommand {
     },
     /// Print one chapter, with its C example inlined.
     Show {
-        /// Chapter number (1-11) or slug (e.g. 3, 03, memory-registration).
+        /// Chapter number (1-14) or slug (e.g. 3, 03, memory-registration).
         chapter: String,
         /// Language of the chapter.
         #[arg(long, value_enum, default_value_t = Lang::En)]
         lang: Lang,
+    },
+    /// Checked exercises: `list`, `start NAME`, `check NAME`.
+    Exercise {
+        #[command(subcommand)]
+        command: super::exercise::ExerciseCommand,
     },
 }
 
@@ -116,7 +121,7 @@ macro_rules! chapter {
 
 /// The chapters, in order. `stringify!` keeps the leading zero of `01`..`09`.
 #[allow(clippy::zero_prefixed_literal)]
-const CHAPTERS: [Chapter; 11] = [
+const CHAPTERS: [Chapter; 14] = [
     chapter!(01, "why-rdma"),
     chapter!(02, "architecture"),
     chapter!(03, "memory-registration"),
@@ -128,6 +133,9 @@ const CHAPTERS: [Chapter; 11] = [
     chapter!(09, "resources"),
     chapter!(10, "security"),
     chapter!(11, "observing"),
+    chapter!(12, "api-breadth"),
+    chapter!(13, "design-patterns"),
+    chapter!(14, "tools"),
 ];
 
 macro_rules! code {
@@ -149,12 +157,19 @@ const CODE: &[(&str, &str)] = &[
     code!("04_qp_states.c"),
     code!("05_rc_loopback.c"),
     code!("05_rdma_cm.c"),
+    code!("05_rc_tcp.c"),
+    code!("05_cm_event_loop.c"),
     code!("06_write_read.c"),
     code!("07_gid_table.c"),
     code!("08_wc_errors.c"),
     code!("09_teardown.c"),
     code!("10_rkey_check.c"),
     code!("11_counters.c"),
+    code!("12_ud.c"),
+    code!("12_srq_async.c"),
+    code!("12_inline_signal.c"),
+    code!("12_wr_api.c"),
+    code!("12_fence_events.c"),
 ];
 
 /// The experiments `rdmactl experiment run <name>` provides (the one list, in rdmakit's
@@ -175,6 +190,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "\nRead one with `rdmactl lesson show N [--lang en|it]`.\nHands-on: `rdmactl experiment run NAME`, NAME one of: {}.",
                 EXPERIMENTS.join(", ")
             )?;
+        }
+        LessonCommand::Exercise { command } => {
+            drop(out);
+            return super::exercise::run(command);
         }
         LessonCommand::Show { chapter, lang } => {
             let c = find(&chapter)?;
@@ -569,7 +588,10 @@ mod tests {
         assert_eq!(find("3").unwrap().slug, "memory-registration");
         assert_eq!(find("03").unwrap().slug, "memory-registration");
         assert_eq!(find("security").unwrap().number, 10);
-        assert!(find("12").is_err());
+        assert_eq!(find("12").unwrap().slug, "api-breadth");
+        assert_eq!(find("13").unwrap().slug, "design-patterns");
+        assert_eq!(find("14").unwrap().slug, "tools");
+        assert!(find("15").is_err());
         assert!(find("nope").is_err());
     }
 

@@ -287,3 +287,99 @@ fn ch11_counters_move_with_traffic() {
     assert_eq!(delta("retry_rnr_exceeded_err"), 1);
     assert_eq!(delta("rcvd_rnr_err"), 1);
 }
+
+#[test]
+fn ch12_ud_address_handle_and_q_key() {
+    let r = run_ok("12_ud", &[]);
+    r.expect("1. A sends \"datagram 1\" with Q_Key 0x11111111: send completion IBV_WC_SUCCESS")
+        .expect("   B receives \"datagram 1\": 296 bytes (40 GRH + 256), GRH present, from QP 0x")
+        // A wrong Q_Key: the send completes (no ACK in UD), B never sees it.
+        .expect("2. A sends \"datagram 2\" with Q_Key 0x22222222: send completion IBV_WC_SUCCESS")
+        .expect("   B receives \"datagram 3\"")
+        .expect("message 2 (wrong Q_Key) never reached B")
+        // Larger than the MTU: no packet, no error (IBTA C10-93.1.1).
+        .expect("4. A sends 2048 bytes (MTU 1024): send completion IBV_WC_SUCCESS")
+        .expect("5. A sends \"datagram 5\"; B's next completion: IBV_WC_SUCCESS, \"datagram 5\"");
+    assert!(
+        !r.stdout.contains("B receives \"datagram 2\""),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn ch12_srq_limit_event_is_read_from_the_async_queue() {
+    let r = run_ok("12_srq_async", &[]);
+    r.expect("posted 8 receives, limit armed at 4")
+        .expect("limit event seen once; the SRQ's limit now reads 0 (disarmed)");
+    // Both receiving QPs took from the one SRQ.
+    assert!(
+        r.stdout.contains("B1 got \"message 2 via A1\""),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("B2 got \"message 1 via A2\""),
+        "{}",
+        r.stdout
+    );
+    // The event comes after the count drops below the limit (3 left), never before.
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    let event = lines
+        .iter()
+        .position(|l| l.contains("async event: SRQ limit reached"))
+        .unwrap_or_else(|| panic!("no SRQ limit event:\n{}", r.stdout));
+    let below = lines
+        .iter()
+        .position(|l| l.contains("3 receives left"))
+        .unwrap();
+    assert!(
+        event > below,
+        "the limit event came too early:\n{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn ch12_inline_and_selective_signalling() {
+    let r = run_ok("12_inline_signal", &[]);
+    r.expect("1. B received \"sent inline from an unregistered buffer\"")
+        .expect("2. 256 WRITEs all signalled: 256 completions")
+        .expect("   256 WRITEs, every 16th signalled: 16 completions");
+    let inline = r.line("A: sq_sig_all 0, max_inline_data ");
+    let granted: u32 = inline
+        .split_whitespace()
+        .nth(4)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{inline}"));
+    assert!(granted >= 64, "{inline}");
+}
+
+#[test]
+fn ch12_extended_wr_api_batch() {
+    let r = run_ok("12_wr_api", &[]);
+    r.expect("opcode RDMA_WRITE")
+        .expect("A: wr_id 2 IBV_WC_SUCCESS, opcode SEND")
+        .expect("B: IBV_WC_RECV with imm 0x5eed; B's buffer \"written with ibv_wr_rdma_write\"");
+    assert!(r
+        .line("A: wr_id 1 ")
+        .contains("IBV_WC_SUCCESS, opcode RDMA_WRITE"));
+}
+
+#[test]
+fn ch12_fence_solicited_events_and_cq_moderation() {
+    let r = run_ok("12_fence_events", &[]);
+    r.expect("   READ then SEND, with fence: B received \"fresh data, read from B\"")
+        .expect("2. SEND 3: completion event at B: no")
+        .expect("2. SEND 4 with IBV_SEND_SOLICITED: completion event at B: yes")
+        .expect("   one event, then 4 completions in B's CQ")
+        // rxe has no CQ moderation: the example must say so, not pretend.
+        .expect("3. CQ moderation (ibv_modify_cq): not supported by rxe0: Operation not supported");
+    for i in 1..=3 {
+        assert!(
+            r.line(&format!("2. SEND {i}:")).ends_with("no"),
+            "an unsolicited SEND woke B:\n{}",
+            r.stdout
+        );
+    }
+}

@@ -259,13 +259,19 @@ spelled_enum! {
         Security => "security",
         /// Chapter 11.
         Observing => "observing",
+        /// Chapter 12.
+        ApiBreadth => "api-breadth",
+        /// Chapter 13.
+        DesignPatterns => "design-patterns",
+        /// Chapter 14, the appendix on the project's tools.
+        Tools => "tools",
     }
 }
 
 impl Lesson {
-    /// The chapter number (1 for why-rdma ... 11 for observing).
+    /// The chapter number (1 for why-rdma ... 14 for the tools appendix).
     pub fn chapter(self) -> u8 {
-        // ALL is in chapter order and has 11 entries, so the index always fits.
+        // ALL is in chapter order and has 14 entries, so the index always fits.
         Lesson::ALL
             .iter()
             .position(|l| *l == self)
