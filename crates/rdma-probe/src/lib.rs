@@ -21,6 +21,7 @@
 mod affinity;
 pub mod clock;
 pub mod cpu;
+pub mod discovery;
 pub mod engine;
 pub mod failure;
 pub mod handshake;
@@ -29,8 +30,12 @@ pub mod loopback;
 pub mod mrreg;
 pub mod oneshot;
 pub mod peer;
+pub mod pinglist;
 mod rc;
 pub mod stats;
+
+/// The peer probe port when none is configured (`--probe.listen=:9737` in deploy/).
+pub const DEFAULT_PEER_PORT: u16 = 9737;
 
 pub use clock::{Clock, ClockInfo, ClockSource};
 pub use engine::{
