@@ -13,7 +13,14 @@
 //!   `rdma_probe_up{...}`
 //! - `rdma_probe_mr_registration_seconds{device,size_bytes}` (histogram),
 //!   `rdma_probe_mr_registration_last_seconds`, `rdma_probe_mr_registration_failures_total`
-//! - `rdma_probe_peer_connected{peer}`, `rdma_probe_handshakes_accepted_total`,
+//! - peer series also carry `peer_rack`, the peer's `rack` label from discovery (empty when
+//!   it has none); with `--probe.peer-histograms=false` peers get no latency histogram
+//!   (summary, runs and failures stay): 17 series per peer less (15 buckets, sum, count)
+//! - `rdma_probe_discovered_peers{source}` (static, dns, file; this host excluded),
+//!   `rdma_probe_discovery_invalid_entries{source}` (skipped in the last refresh),
+//!   `rdma_probe_discovery_errors_total{source,reason}`, `rdma_probe_pinglist_peers` (peers
+//!   planned in the last round)
+//! - `rdma_probe_peer_connected{peer,peer_rack}`, `rdma_probe_handshakes_accepted_total`,
 //!   `rdma_probe_handshakes_refused_total{reason}`, `rdma_probe_cpu_seconds_total`,
 //!   `rdma_probe_rounds_total`
 //!
@@ -70,6 +77,22 @@ const CPU_SECONDS: Declared = Declared::counter(
     "CPU time used by the probe engine's threads",
 );
 const ROUNDS: Declared = Declared::counter("rdma_probe_rounds", "Probe rounds completed");
+const DISCOVERED_PEERS: Declared = Declared::gauge(
+    "rdma_probe_discovered_peers",
+    "Peers found by each discovery source in its last refresh, this host excluded",
+);
+const DISCOVERY_INVALID_ENTRIES: Declared = Declared::gauge(
+    "rdma_probe_discovery_invalid_entries",
+    "Entries a discovery source skipped as invalid in its last refresh",
+);
+const DISCOVERY_ERRORS: Declared = Declared::counter(
+    "rdma_probe_discovery_errors",
+    "Failed refreshes of a discovery source, by reason",
+);
+const PINGLIST_PEERS: Declared = Declared::gauge(
+    "rdma_probe_pinglist_peers",
+    "Peers the pinglist planner picked for the last round",
+);
 
 /// The table row. Off unless `--probe.enable` (which turns it on) or `--collector.probes`.
 pub const SPEC: CollectorSpec = CollectorSpec {
@@ -91,6 +114,10 @@ pub const SPEC: CollectorSpec = CollectorSpec {
         HANDSHAKES_ACCEPTED,
         CPU_SECONDS,
         ROUNDS,
+        DISCOVERED_PEERS,
+        DISCOVERY_INVALID_ENTRIES,
+        DISCOVERY_ERRORS,
+        PINGLIST_PEERS,
     ],
     catalog_counters: &[],
     patterns: &[],
@@ -108,6 +135,9 @@ fn build(config: &CollectorConfig) -> Box<dyn Collector> {
 pub struct ProbeSource {
     #[cfg(feature = "verbs")]
     handle: Option<rdma_probe::ProbeHandle>,
+    /// `--probe.peer-histograms=false`: no latency histogram for peer targets.
+    #[cfg(feature = "verbs")]
+    no_peer_histograms: bool,
 }
 
 impl std::fmt::Debug for ProbeSource {
@@ -137,6 +167,16 @@ pub struct ProbeSettings {
     pub peers: Vec<String>,
     /// `--probe.secret-file` (the secret itself is only read when the engine starts).
     pub secret_file: Option<std::path::PathBuf>,
+    /// `--probe.peers-dns`.
+    pub peers_dns: Option<String>,
+    /// `--probe.peers-file`.
+    pub peers_file: Option<std::path::PathBuf>,
+    /// `--probe.mesh-max`.
+    pub mesh_max: usize,
+    /// `--probe.rack`.
+    pub rack: Option<String>,
+    /// `--probe.peer-histograms`.
+    pub peer_histograms: bool,
 }
 
 /// Defaults, the same as `rdma_probe::EngineConfig::default()`.
@@ -145,6 +185,8 @@ pub const DEFAULT_INTERVAL_MS: u64 = 10_000;
 pub const DEFAULT_SIZE: usize = 64;
 /// Default timed exchanges per operation per round.
 pub const DEFAULT_ITERATIONS: u64 = 100;
+/// Default `--probe.mesh-max` (the same as rdma-probe's `pinglist::DEFAULT_MESH_MAX`).
+pub const DEFAULT_MESH_MAX: usize = 64;
 /// Default MR sizes to time, bytes.
 pub const DEFAULT_MR_SIZES: &[usize] = &[4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20];
 
@@ -160,6 +202,11 @@ impl Default for ProbeSettings {
             listen: None,
             peers: Vec::new(),
             secret_file: None,
+            peers_dns: None,
+            peers_file: None,
+            mesh_max: DEFAULT_MESH_MAX,
+            rack: None,
+            peer_histograms: true,
         }
     }
 }
@@ -250,6 +297,14 @@ pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> 
         mr_sizes: settings.mr_sizes.clone(),
         listen: settings.listen,
         peers: settings.peers.clone(),
+        peers_dns: settings.peers_dns.clone(),
+        peers_file: settings.peers_file.clone(),
+        mesh_max: settings.mesh_max,
+        own_labels: settings
+            .rack
+            .iter()
+            .map(|r| ("rack".to_string(), r.clone()))
+            .collect(),
         secret,
         ..rdma_probe::EngineConfig::default()
     };
@@ -259,11 +314,15 @@ pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> 
         size = settings.size,
         iterations = settings.iterations,
         peers = settings.peers.len(),
+        peers_dns = settings.peers_dns.as_deref().unwrap_or(""),
+        peers_file = %settings.peers_file.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+        mesh_max = settings.mesh_max,
         listen = ?engine.listen_addr(),
         "probe engine started"
     );
     let source = ProbeSource {
         handle: Some(engine.handle()),
+        no_peer_histograms: !settings.peer_histograms,
     };
     Ok((
         Engine {
@@ -291,7 +350,9 @@ impl Collector for Probes {
     fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
         #[cfg(feature = "verbs")]
         if let Some(handle) = &self.source.handle {
-            emit(&View::from(&handle.snapshot()), out)?;
+            let mut view = View::from(&handle.snapshot());
+            view.peer_histograms = !self.source.no_peer_histograms;
+            emit(&view, out)?;
         }
         // Without an engine (not enabled, or built without `verbs`): no series.
         let _ = (&self.source, out);
@@ -336,6 +397,8 @@ pub struct TargetView {
     pub port: u8,
     /// `HOST:PORT` of the peer, empty for loopback.
     pub peer: String,
+    /// The peer's `rack` label from discovery (peers only; may be empty).
+    pub peer_rack: String,
     /// `send`, `write` or `read`.
     pub op: String,
     /// Latency samples, seconds.
@@ -372,8 +435,8 @@ pub struct View {
     pub targets: Vec<TargetView>,
     /// MR registration timings.
     pub registrations: Vec<RegistrationView>,
-    /// `(peer, connected)`.
-    pub peers: Vec<(String, bool)>,
+    /// Peers.
+    pub peers: Vec<PeerView>,
     /// Handshakes accepted.
     pub handshakes_accepted_total: u64,
     /// Handshakes refused by reason.
@@ -382,6 +445,27 @@ pub struct View {
     pub cpu_seconds_total: f64,
     /// Rounds completed.
     pub rounds_total: u64,
+    /// Peers found per discovery source.
+    pub discovered_peers: BTreeMap<String, u64>,
+    /// Entries skipped per discovery source.
+    pub discovery_invalid_entries: BTreeMap<String, u64>,
+    /// Failed refreshes by `(source, reason)`.
+    pub discovery_errors_total: BTreeMap<(String, String), u64>,
+    /// Whether peer targets get a latency histogram (`--probe.peer-histograms`).
+    pub peer_histograms: bool,
+}
+
+/// One discovered peer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PeerView {
+    /// `HOST:PORT`.
+    pub peer: String,
+    /// Its `rack` label (may be empty).
+    pub rack: String,
+    /// Whether its connection is up.
+    pub connected: bool,
+    /// Whether the planner picked it in the last round.
+    pub planned: bool,
 }
 
 #[cfg(feature = "verbs")]
@@ -398,6 +482,13 @@ impl From<&rdma_probe::Histogram> for HistView {
 #[cfg(feature = "verbs")]
 impl From<&rdma_probe::ProbeSnapshot> for View {
     fn from(s: &rdma_probe::ProbeSnapshot) -> View {
+        let rack_of = |peer: &str| {
+            s.peers
+                .iter()
+                .find(|p| p.peer == peer)
+                .and_then(|p| p.labels.get("rack").cloned())
+                .unwrap_or_default()
+        };
         View {
             targets: s
                 .targets
@@ -407,6 +498,7 @@ impl From<&rdma_probe::ProbeSnapshot> for View {
                     device: t.device.clone(),
                     port: t.port,
                     peer: t.peer.clone().unwrap_or_default(),
+                    peer_rack: t.peer.as_deref().map(rack_of).unwrap_or_default(),
                     op: t.op.name().to_string(),
                     latency: HistView::from(&t.latency_seconds),
                     last: t
@@ -446,8 +538,17 @@ impl From<&rdma_probe::ProbeSnapshot> for View {
             peers: s
                 .peers
                 .iter()
-                .map(|p| (p.peer.clone(), p.connected))
+                .map(|p| PeerView {
+                    peer: p.peer.clone(),
+                    rack: p.labels.get("rack").cloned().unwrap_or_default(),
+                    connected: p.connected,
+                    planned: p.planned,
+                })
                 .collect(),
+            discovered_peers: s.discovery.peers.clone(),
+            discovery_invalid_entries: s.discovery.invalid_entries.clone(),
+            discovery_errors_total: s.discovery.errors_total.clone(),
+            peer_histograms: true,
             handshakes_accepted_total: s.handshakes_accepted_total,
             handshakes_refused_total: s.handshakes_refused_total.clone(),
             cpu_seconds_total: s.cpu_seconds_total,
@@ -457,24 +558,30 @@ impl From<&rdma_probe::ProbeSnapshot> for View {
 }
 
 fn target_labels(t: &TargetView) -> Labels {
-    vec![
+    let mut l = vec![
         ("device", t.device.clone()),
         ("port", t.port.to_string()),
         ("op", t.op.clone()),
         ("kind", t.kind.clone()),
         ("peer", t.peer.clone()),
-    ]
+    ];
+    if t.kind == "peer" {
+        l.push(("peer_rack", t.peer_rack.clone()));
+    }
+    l
 }
 
 /// Add the metrics of `view` to `out`.
 pub fn emit(view: &View, out: &mut MetricSet) -> anyhow::Result<()> {
     for t in &view.targets {
         let l = target_labels(t);
-        out.add_declared(
-            &LATENCY_SECONDS,
-            l.clone(),
-            Value::Histogram(t.latency.to_metric()),
-        )?;
+        if view.peer_histograms || t.kind != "peer" {
+            out.add_declared(
+                &LATENCY_SECONDS,
+                l.clone(),
+                Value::Histogram(t.latency.to_metric()),
+            )?;
+        }
         for (stat, seconds) in &t.last {
             let mut lb = l.clone();
             lb.push(("stat", stat.to_string()));
@@ -507,12 +614,37 @@ pub fn emit(view: &View, out: &mut MetricSet) -> anyhow::Result<()> {
         }
         out.add_declared(&MR_REGISTRATION_FAILURES, l, Value::Int(r.failures_total))?;
     }
-    for (peer, connected) in &view.peers {
+    for p in &view.peers {
         out.add_declared(
             &PEER_CONNECTED,
-            vec![("peer", peer.clone())],
-            Value::Int(u64::from(*connected)),
+            vec![("peer", p.peer.clone()), ("peer_rack", p.rack.clone())],
+            Value::Int(u64::from(p.connected)),
         )?;
+    }
+    for (source, n) in &view.discovered_peers {
+        out.add_declared(
+            &DISCOVERED_PEERS,
+            vec![("source", source.clone())],
+            Value::Int(*n),
+        )?;
+    }
+    for (source, n) in &view.discovery_invalid_entries {
+        out.add_declared(
+            &DISCOVERY_INVALID_ENTRIES,
+            vec![("source", source.clone())],
+            Value::Int(*n),
+        )?;
+    }
+    for ((source, reason), n) in &view.discovery_errors_total {
+        out.add_declared(
+            &DISCOVERY_ERRORS,
+            vec![("source", source.clone()), ("reason", reason.clone())],
+            Value::Int(*n),
+        )?;
+    }
+    if !view.peers.is_empty() || !view.discovered_peers.is_empty() {
+        let planned = view.peers.iter().filter(|p| p.planned).count() as u64;
+        out.add_declared(&PINGLIST_PEERS, vec![], Value::Int(planned))?;
     }
     for (reason, n) in &view.handshakes_refused_total {
         out.add_declared(
@@ -544,6 +676,7 @@ mod tests {
                     device: "rxe0".into(),
                     port: 1,
                     peer: String::new(),
+                    peer_rack: String::new(),
                     op: "write".into(),
                     latency: HistView {
                         // Per bucket 2, 3, 0, 1 (the last in +Inf): cumulative 2, 5, 5, 6.
@@ -564,6 +697,7 @@ mod tests {
                     device: "rxe_a".into(),
                     port: 1,
                     peer: "10.0.0.2:9737".into(),
+                    peer_rack: "r2".into(),
                     op: "read".into(),
                     ..TargetView::default()
                 },
@@ -579,11 +713,23 @@ mod tests {
                 },
                 failures_total: 0,
             }],
-            peers: vec![("10.0.0.2:9737".into(), false)],
+            peers: vec![PeerView {
+                peer: "10.0.0.2:9737".into(),
+                rack: "r2".into(),
+                connected: false,
+                planned: true,
+            }],
             handshakes_accepted_total: 4,
             handshakes_refused_total: BTreeMap::from([("bad_mac".to_string(), 1)]),
             cpu_seconds_total: 0.5,
             rounds_total: 7,
+            discovered_peers: BTreeMap::from([("dns".to_string(), 1)]),
+            discovery_invalid_entries: BTreeMap::from([("file".to_string(), 2)]),
+            discovery_errors_total: BTreeMap::from([(
+                ("dns".to_string(), "no_records".to_string()),
+                3,
+            )]),
+            peer_histograms: true,
         }
     }
 
@@ -636,7 +782,7 @@ mod tests {
         );
         // The peer target with no samples still has its series, with count 0.
         assert!(text.contains(
-            "rdma_probe_latency_seconds_count{device=\"rxe_a\",port=\"1\",op=\"read\",kind=\"peer\",peer=\"10.0.0.2:9737\"} 0\n"
+            "rdma_probe_latency_seconds_count{device=\"rxe_a\",port=\"1\",op=\"read\",kind=\"peer\",peer=\"10.0.0.2:9737\",peer_rack=\"r2\"} 0\n"
         ), "{text}");
     }
 
@@ -676,12 +822,48 @@ mod tests {
             "rdma_probe_cpu_seconds_total 0.5\n",
             "rdma_probe_handshakes_accepted_total 4\n",
             "rdma_probe_handshakes_refused_total{reason=\"bad_mac\"} 1\n",
-            "rdma_probe_peer_connected{peer=\"10.0.0.2:9737\"} 0\n",
+            "rdma_probe_peer_connected{peer=\"10.0.0.2:9737\",peer_rack=\"r2\"} 0\n",
+            "rdma_probe_discovered_peers{source=\"dns\"} 1\n",
+            "rdma_probe_discovery_invalid_entries{source=\"file\"} 2\n",
+            "rdma_probe_discovery_errors_total{source=\"dns\",reason=\"no_records\"} 3\n",
+            "rdma_probe_pinglist_peers 1\n",
             "rdma_probe_mr_registration_seconds_count{device=\"rxe0\",size_bytes=\"4096\"} 1\n",
             "rdma_probe_mr_registration_failures_total{device=\"rxe0\",size_bytes=\"4096\"} 0\n",
             "rdma_probe_mr_registration_last_seconds{device=\"rxe0\",size_bytes=\"4096\"} 0.001\n",
         ] {
             assert!(text.contains(line), "missing {line:?} in {text}");
+        }
+    }
+
+    #[test]
+    fn without_peer_histograms_peers_keep_summaries_runs_and_up_only() {
+        let mut v = view();
+        v.targets[1].last = vec![("typical", 2e-5)];
+        v.peer_histograms = false;
+        let mut set = MetricSet::new();
+        emit(&v, &mut set).unwrap();
+        let text = set.encode(Format::Text);
+        let peer = "kind=\"peer\",peer=\"10.0.0.2:9737\",peer_rack=\"r2\"";
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("rdma_probe_latency_seconds") && l.contains(peer)),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("rdma_probe_latency_seconds_count{{{WRITE}}} 6\n")),
+            "loopback keeps its histogram"
+        );
+        for family in [
+            "rdma_probe_latency_last_seconds{",
+            "rdma_probe_runs_total{",
+            "rdma_probe_up{",
+        ] {
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(family) && l.contains(peer)),
+                "{family} for the peer: {text}"
+            );
         }
     }
 
