@@ -27,6 +27,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// The SRV service prefix for a `--probe.peers-dns` name.
@@ -36,13 +37,16 @@ const MAX_LOGGED: usize = 4096;
 /// Targets resolved one by one when SRV ports differ between targets.
 const MAX_SRV_TARGET_LOOKUPS: usize = 1024;
 
+/// Labels of a peer; the targets of one file_sd group share one map.
+pub type Labels = Arc<BTreeMap<String, String>>;
+
 /// One peer: its `HOST:PORT` (the key, and the `peer` label) and its labels from discovery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     /// `HOST:PORT` (`[v6]:PORT` for IPv6 addresses), canonical for addresses.
     pub addr: String,
     /// Labels from the peers file (`rack`, `zone`, ...); empty for static and DNS peers.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
 }
 
 impl Peer {
@@ -107,7 +111,7 @@ pub struct DiscoveryStats {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct FileSd {
     /// `(target, labels)` of every valid target.
-    pub targets: Vec<(String, BTreeMap<String, String>)>,
+    pub targets: Vec<(String, Labels)>,
     /// One message per skipped entry.
     pub invalid: Vec<String>,
 }
@@ -203,6 +207,7 @@ pub fn parse_file_sd(text: &str, json: bool, default_port: u16) -> Result<FileSd
                 continue;
             }
         }
+        let labels: Labels = Arc::new(labels);
         let Some(Value::Array(targets)) = fields.get("targets") else {
             out.invalid
                 .push(format!("group {g}: no `targets` list; group skipped"));
@@ -276,7 +281,7 @@ pub struct Discovery {
     cfg: DiscoveryConfig,
     dns: Option<DnsSource>,
     file_stamp: Option<FileStamp>,
-    file_last: Vec<(String, BTreeMap<String, String>)>,
+    file_last: Vec<(String, Labels)>,
     file_invalid: u64,
     stats: DiscoveryStats,
     logged: HashSet<String>,
@@ -338,15 +343,19 @@ impl Discovery {
     pub fn refresh(&mut self) -> PeerSet {
         let ips = local_ips();
         let mut merged: BTreeMap<String, Peer> = BTreeMap::new();
-        let mut add = |key: String, labels: &BTreeMap<String, String>| {
+        let mut add = |key: String, labels: &Labels| {
             let e = merged.entry(key.clone()).or_insert_with(|| Peer {
                 addr: key,
-                labels: BTreeMap::new(),
+                labels: Labels::default(),
             });
-            e.labels
-                .extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+            if e.labels.is_empty() {
+                e.labels = Arc::clone(labels);
+            } else if !labels.is_empty() {
+                Arc::make_mut(&mut e.labels)
+                    .extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
         };
-        let none = BTreeMap::new();
+        let none = Labels::default();
         let mut counts: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         let mut invalid: BTreeMap<String, u64> = BTreeMap::new();
 
@@ -374,9 +383,9 @@ impl Discovery {
             counts.entry("file".into()).or_default();
             self.refresh_file();
             invalid.insert("file".into(), self.file_invalid);
-            for (k, labels) in self.file_last.clone() {
+            for (k, labels) in &self.file_last {
                 counts.entry("file".into()).or_default().insert(k.clone());
-                add(k, &labels);
+                add(k.clone(), labels);
             }
         }
 
@@ -384,7 +393,7 @@ impl Discovery {
         let mut own_from_file = BTreeMap::new();
         for (key, peer) in merged {
             if is_own_address(&key, self.cfg.listen, &ips) {
-                own_from_file.extend(peer.labels.clone());
+                own_from_file.extend(peer.labels.as_ref().clone());
                 set.own_addrs.insert(key);
             } else {
                 set.peers.insert(key, peer);

@@ -201,8 +201,8 @@ pub struct PeerState {
     pub connects_total: u64,
     /// Current reconnect delay, seconds.
     pub backoff_seconds: f64,
-    /// Labels from discovery (`rack`, `zone`, ...).
-    pub labels: BTreeMap<String, String>,
+    /// Labels from discovery (`rack`, `zone`, ...), shared with discovery's peer set.
+    pub labels: crate::discovery::Labels,
     /// Whether the planner picked it in the last round.
     pub planned: bool,
 }
@@ -546,7 +546,7 @@ struct PeerLink {
     backoff: Duration,
     next_attempt: Instant,
     connects: u64,
-    labels: BTreeMap<String, String>,
+    labels: crate::discovery::Labels,
 }
 
 impl PeerLink {
@@ -557,7 +557,7 @@ impl PeerLink {
             backoff,
             next_attempt: Instant::now(),
             connects: 0,
-            labels: BTreeMap::new(),
+            labels: crate::discovery::Labels::default(),
         }
     }
 }
@@ -594,7 +594,7 @@ impl Mesh {
                 .links
                 .entry(addr.clone())
                 .or_insert_with(|| PeerLink::new(addr.clone(), cfg.backoff_min));
-            link.labels.clone_from(&peer.labels);
+            link.labels = std::sync::Arc::clone(&peer.labels);
         }
         if !gone.is_empty() {
             let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -746,7 +746,7 @@ fn main_loop(shared: &Shared, cfg: &EngineConfig, discovery: DiscoveryConfig) {
                     connected: l.conn.is_some(),
                     connects_total: l.connects,
                     backoff_seconds: l.backoff.as_secs_f64(),
-                    labels: l.labels.clone(),
+                    labels: std::sync::Arc::clone(&l.labels),
                     planned: picks.contains(&i),
                 })
                 .collect();
