@@ -485,6 +485,103 @@ def probes():
     return b
 
 
+# The pingmesh: a pair is (instance = the probing host, peer = the probed one). The recording
+# rules below (rules_yaml) are what the pingmesh board and alerts read.
+PAIR = "job, instance, peer, peer_rack"
+PAIR_RULES = [
+    # (record, expr)
+    ("rdma:probe_pair_up", f'max by ({PAIR}) (rdma_probe_up{{kind="peer"}})'),
+    # The perftest median of the pair's last run: there with and without per-peer histograms.
+    ("rdma:probe_pair_latency_seconds:typical",
+     f'max by ({PAIR}) (rdma_probe_latency_last_seconds{{kind="peer", stat="typical"}})'),
+    ("rdma:probe_pair_latency_seconds:p99",
+     f'max by ({PAIR}) (rdma_probe_latency_last_seconds{{kind="peer", stat="p99"}})'),
+    # Failed runs over all runs in 5 minutes (0 when none failed).
+    ("rdma:probe_pair_loss:ratio5m",
+     f'(sum by ({PAIR}) (increase(rdma_probe_failures_total{{kind="peer"}}[5m]))\n'
+     f'  or sum by ({PAIR}) (increase(rdma_probe_runs_total{{kind="peer"}}[5m])) * 0)\n'
+     f'/ (sum by ({PAIR}) (increase(rdma_probe_runs_total{{kind="peer"}}[5m]))\n'
+     f'  + (sum by ({PAIR}) (increase(rdma_probe_failures_total{{kind="peer"}}[5m]))\n'
+     f'     or sum by ({PAIR}) (increase(rdma_probe_runs_total{{kind="peer"}}[5m])) * 0))'),
+    # The pair's own baseline: the median of its typical latency over the last day.
+    ("rdma:probe_pair_latency_seconds:baseline1d",
+     "quantile_over_time(0.5, rdma:probe_pair_latency_seconds:typical[1d])"),
+]
+
+PAIR_ALERTS = [
+    ("RdmaPeerUnreachable", "rdma:probe_pair_up == 0", "2m", "warning",
+     "{{ $labels.instance }} cannot probe its peer {{ $labels.peer }}",
+     "rdmad on {{ $labels.instance }} failed its last probe runs to {{ $labels.peer }} (rack "
+     "{{ $labels.peer_rack }}) for 2 minutes: the peer is down, unreachable over RDMA, or its "
+     "rdmad is not running. Many alerts with the same peer name the peer; many with the same "
+     "instance name the prober's own link. See the RDMA / Pingmesh dashboard."),
+    ("RdmaPairLoss", "rdma:probe_pair_loss:ratio5m > 0.05", "5m", "warning",
+     "Probe loss {{ $value | humanizePercentage }} from {{ $labels.instance }} to {{ $labels.peer }}",
+     "More than 5% of the probe runs from {{ $labels.instance }} to {{ $labels.peer }} failed "
+     "over 5 minutes. Compare the pair's row and column in the RDMA / Pingmesh matrix: loss on "
+     "every pair of one host points at that host's link."),
+    ("RdmaPairLatencyAboveBaseline",
+     "rdma:probe_pair_latency_seconds:typical\n  > 2 * rdma:probe_pair_latency_seconds:baseline1d",
+     "10m", "warning",
+     "Probe latency {{ $labels.instance }} -> {{ $labels.peer }} is above twice its baseline",
+     "The median round trip of the pair's probes has been more than twice the pair's own median "
+     "of the last day for 10 minutes (the alert's value is the latency now, seconds). See the "
+     "RDMA / Pingmesh dashboard's worst pairs."),
+]
+
+
+def pingmesh():
+    b = Board("rdma-pingmesh", "RDMA / Pingmesh",
+              "Peer probes between hosts (rdmad --probe.peers-dns / --probe.peers-file): a "
+              "source x destination matrix, the worst pairs and a per-rack rollup, from the "
+              "rdma:probe_pair_* recording rules. A row is the probing host (instance), a "
+              "column the probed one (peer).", ["probes", "pingmesh"], port_vars=False)
+    b.row("Matrix")
+
+    def matrix(title, desc, expr, unit, steps):
+        t = table(title, desc, expr, unit=unit)
+        t["transformations"] = [{"id": "groupingToMatrix", "options": {
+            "columnField": "peer", "rowField": "instance", "valueField": "Value",
+            "emptyValue": "null"}}]
+        t["fieldConfig"]["defaults"]["custom"] = {"cellOptions": {"type": "color-background"}}
+        t["fieldConfig"]["defaults"]["thresholds"] = {"mode": "absolute", "steps": steps}
+        return t
+
+    b.add(matrix("Latency matrix (typical round trip)", "perftest median of each pair's last "
+                 "probe run (rdma:probe_pair_latency_seconds:typical), source row x destination "
+                 "column. A bad host shows as a hot row and column; a bad link as one cell.",
+                 'rdma:probe_pair_latency_seconds:typical{instance=~"$instance"}', "s",
+                 [{"color": "green", "value": None}, {"color": "orange", "value": 0.0001},
+                  {"color": "red", "value": 0.001}]), w=12, h=10)
+    b.add(matrix("Loss matrix (failed runs, 5m)", "Share of failed probe runs per pair over 5 "
+                 "minutes (rdma:probe_pair_loss:ratio5m).",
+                 'rdma:probe_pair_loss:ratio5m{instance=~"$instance"}', "percentunit",
+                 [{"color": "green", "value": None}, {"color": "orange", "value": 0.01},
+                  {"color": "red", "value": 0.05}]), w=12, h=10)
+    b.row("Worst pairs")
+    b.add(table("Pairs furthest above their baseline", "The 10 pairs whose typical latency is "
+                "highest relative to their own median of the last day.",
+                'topk(10, rdma:probe_pair_latency_seconds:typical{instance=~"$instance"}\n'
+                '  / rdma:probe_pair_latency_seconds:baseline1d)'), w=12)
+    b.add(table("Unreachable pairs", "Pairs whose last probe failed (rdma:probe_pair_up == 0).",
+                'rdma:probe_pair_up{instance=~"$instance"} == 0'), w=12)
+    b.row("Per rack")
+    b.add(timeseries("Typical latency by destination rack", "Mean of the pairs' typical latency "
+                     "per destination rack (peer_rack, from the peers file).",
+                     'avg by (peer_rack) (rdma:probe_pair_latency_seconds:typical{instance=~"$instance"})',
+                     "{{peer_rack}}", unit="s"))
+    b.add(timeseries("Probe loss by destination rack", "Mean failed-run share per destination "
+                     "rack.",
+                     'avg by (peer_rack) (rdma:probe_pair_loss:ratio5m{instance=~"$instance"})',
+                     "{{peer_rack}}", unit="percentunit"))
+    b.add(timeseries("Peers discovered", "Peers per discovery source (static, dns, file) and "
+                     "peers planned per round (rdma_probe_discovered_peers, "
+                     "rdma_probe_pinglist_peers).",
+                     'sum by (instance, source) (rdma_probe_discovered_peers{instance=~"$instance"})',
+                     "{{instance}} {{source}}"))
+    return b
+
+
 RES_TYPES = [("qp", "Queue pairs"), ("cq", "Completion queues"), ("mr", "Memory regions"),
              ("pd", "Protection domains"), ("cm_id", "CM IDs"), ("ctx", "Contexts"),
              ("srq", "Shared receive queues")]
@@ -592,6 +689,9 @@ def rules_yaml():
         out += ["      - record: rdma:port_rule_events:rate5m",
                 "        expr: " + yaml_block(expr, 10),
                 "        labels:", f"          rule: {r['id']}"]
+    out += ["  - name: rdma-pingmesh", "    rules:"]
+    for record, expr in PAIR_RULES:
+        out += [f"      - record: {record}", "        expr: " + yaml_block(expr, 10)]
     out += ["  - name: rdma-alerts", "    rules:"]
 
     def alert(name, expr, for_, sev, summary, desc, extra=()):
@@ -619,11 +719,13 @@ def rules_yaml():
                      "RDMA / Errors and diagnosis dashboard, `rdmactl doctor` on the host, and "
                      "`rdmactl explain COUNTER`.")
     out += alert(*PROBE_ALERT)
+    for a in PAIR_ALERTS:
+        out += alert(*a)
     return "\n".join(out) + "\n"
 
 
 BOARDS = {"rdma-fleet.json": fleet, "rdma-errors.json": errors, "rdma-probes.json": probes,
-          "rdma-resources.json": resources}
+          "rdma-resources.json": resources, "rdma-pingmesh.json": pingmesh}
 
 
 def render():

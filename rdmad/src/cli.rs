@@ -177,6 +177,48 @@ pub struct Flags {
         value_name = "ud|rc"
     )]
     pub probe_transport: Option<probes::Transport>,
+    /// Discover peers in DNS: every A/AAAA record of NAME (a headless Service), ports from
+    /// the SRV records _rdmad-probe._tcp.NAME (else this host's --probe.listen port); asked
+    /// again every interval.
+    #[arg(
+        long = "probe.peers-dns",
+        env = "RDMAD_PROBE_PEERS_DNS",
+        value_name = "NAME"
+    )]
+    pub probe_peers_dns: Option<String>,
+    /// Discover peers from a Prometheus file_sd-style JSON (.json) or YAML file: targets
+    /// HOST:PORT with labels such as rack and zone; re-read when it changes.
+    #[arg(
+        long = "probe.peers-file",
+        env = "RDMAD_PROBE_PEERS_FILE",
+        value_name = "FILE"
+    )]
+    pub probe_peers_file: Option<PathBuf>,
+    /// Probe every peer every round up to this many peers; above it, the host's rack and a
+    /// rotating sample of the others, at most this many per round [default: 64].
+    #[arg(
+        long = "probe.mesh-max",
+        env = "RDMAD_PROBE_MESH_MAX",
+        value_parser = clap::value_parser!(u64).range(1..=65536),
+        value_name = "N"
+    )]
+    pub probe_mesh_max: Option<u64>,
+    /// This host's rack label for the pinglist [default: its own entry's `rack` in
+    /// --probe.peers-file].
+    #[arg(long = "probe.rack", env = "RDMAD_PROBE_RACK", value_name = "RACK")]
+    pub probe_rack: Option<String>,
+    /// Export a latency histogram per peer (false: only the perftest summary of the last
+    /// run, runs and failures per peer, for large meshes) [default: true].
+    #[arg(
+        long = "probe.peer-histograms",
+        env = "RDMAD_PROBE_PEER_HISTOGRAMS",
+        value_parser = BoolishValueParser::new(),
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub probe_peer_histograms: Option<bool>,
     /// File holding the shared secret of the peer handshake (never logged).
     #[arg(
         long = "probe.secret-file",
@@ -440,12 +482,37 @@ fn resolve_probe(flags: &Flags, file: &config::ProbeFile) -> Result<ProbeSetting
             .probe_secret_file
             .clone()
             .or_else(|| file.secret_file.clone()),
+        peers_dns: flags
+            .probe_peers_dns
+            .clone()
+            .or_else(|| file.peers_dns.clone())
+            .filter(|n| !n.trim().is_empty()),
+        peers_file: flags
+            .probe_peers_file
+            .clone()
+            .or_else(|| file.peers_file.clone()),
+        mesh_max: flags
+            .probe_mesh_max
+            .map(|n| n as usize)
+            .or(file.mesh_max)
+            .unwrap_or(default.mesh_max),
+        rack: flags
+            .probe_rack
+            .clone()
+            .or_else(|| file.rack.clone())
+            .filter(|r| !r.is_empty()),
+        peer_histograms: flags
+            .probe_peer_histograms
+            .or(file.peer_histograms)
+            .unwrap_or(default.peer_histograms),
     };
-    if settings.enable
-        && (settings.listen.is_some() || !settings.peers.is_empty())
-        && settings.secret_file.is_none()
+    let has_peers =
+        !settings.peers.is_empty() || settings.peers_dns.is_some() || settings.peers_file.is_some();
+    if settings.enable && (settings.listen.is_some() || has_peers) && settings.secret_file.is_none()
     {
-        anyhow::bail!("--probe.listen and --probe.peer need --probe.secret-file");
+        anyhow::bail!(
+            "--probe.listen, --probe.peer, --probe.peers-dns and --probe.peers-file need --probe.secret-file"
+        );
     }
     Ok(settings)
 }
@@ -542,6 +609,48 @@ mod tests {
         let s = settings(&["--collector.sysfs_info=false"]);
         assert!(!s.collectors.contains(&"sysfs_info"));
         assert_eq!(s.collectors.len(), default_count() - 1);
+    }
+
+    #[test]
+    fn probe_discovery_flags() {
+        let s = settings(&[]);
+        assert_eq!(s.probe.mesh_max, 64);
+        assert!(s.probe.peer_histograms);
+        let s = settings(&[
+            "--probe.enable",
+            "--probe.peers-dns",
+            "rdmad.lab",
+            "--probe.peers-file",
+            "/etc/rdmad/peers.json",
+            "--probe.mesh-max",
+            "16",
+            "--probe.rack",
+            "r1",
+            "--probe.peer-histograms=false",
+            "--probe.secret-file",
+            "/s",
+        ]);
+        assert_eq!(s.probe.peers_dns.as_deref(), Some("rdmad.lab"));
+        assert_eq!(
+            s.probe.peers_file.as_deref(),
+            Some(std::path::Path::new("/etc/rdmad/peers.json"))
+        );
+        assert_eq!(s.probe.mesh_max, 16);
+        assert_eq!(s.probe.rack.as_deref(), Some("r1"));
+        assert!(!s.probe.peer_histograms);
+        match parse_from(["rdmad", "--probe.enable", "--probe.peers-dns", "rdmad.lab"]) {
+            Err(ParseFailure::Invalid(e)) => {
+                assert!(
+                    format!("{e:#}").contains("need --probe.secret-file"),
+                    "{e:#}"
+                )
+            }
+            other => panic!("discovery without a secret: {other:?}"),
+        }
+        assert!(matches!(
+            parse_from(["rdmad", "--probe.mesh-max", "0"]),
+            Err(ParseFailure::Usage(_))
+        ));
     }
 
     #[test]

@@ -71,6 +71,16 @@ pub struct ProbeFile {
     pub transport: Option<crate::collector::probes::Transport>,
     /// `probe.secret-file`.
     pub secret_file: Option<PathBuf>,
+    /// `probe.peers-dns`.
+    pub peers_dns: Option<String>,
+    /// `probe.peers-file`.
+    pub peers_file: Option<PathBuf>,
+    /// `probe.mesh-max`.
+    pub mesh_max: Option<usize>,
+    /// `probe.rack`.
+    pub rack: Option<String>,
+    /// `probe.peer-histograms`.
+    pub peer_histograms: Option<bool>,
 }
 
 /// The keys of the `[probe]` table.
@@ -85,6 +95,11 @@ const PROBE_KEYS: &[&str] = &[
     "peer",
     "transport",
     "secret-file",
+    "peers-dns",
+    "peers-file",
+    "mesh-max",
+    "rack",
+    "peer-histograms",
 ];
 
 /// Every key the file accepts, for error messages.
@@ -235,6 +250,19 @@ fn probe_key(probe: &mut ProbeFile, key: &str, full: &str, value: &Value) -> Res
             )
         }
         "secret-file" => probe.secret_file = Some(PathBuf::from(string(full, value)?)),
+        "peers-dns" => probe.peers_dns = Some(string(full, value)?.to_owned()),
+        "peers-file" => probe.peers_file = Some(PathBuf::from(string(full, value)?)),
+        "mesh-max" => {
+            probe.mesh_max = Some(
+                value
+                    .as_integer()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| (1..=65536).contains(n))
+                    .ok_or_else(|| anyhow!("`{full}` must be an integer from 1 to 65536"))?,
+            )
+        }
+        "rack" => probe.rack = Some(string(full, value)?.to_owned()),
+        "peer-histograms" => probe.peer_histograms = Some(boolean(full, value)?),
         _ => return Err(unknown(full)),
     }
     Ok(())
@@ -314,10 +342,21 @@ listen = ":9737"
 peer = ["10.0.0.2:9737"]
 transport = "rc"
 secret-file = "/etc/rdmad/probe.secret"
+peers-dns = "rdmad-peers.rdma.svc"
+peers-file = "/etc/rdmad/peers.yml"
+mesh-max = 32
+rack = "r7"
+peer-histograms = false
 "#,
         )
         .expect("valid");
         let p = &c.probe;
+        assert_eq!(p.peers_dns.as_deref(), Some("rdmad-peers.rdma.svc"));
+        assert_eq!(p.peers_file, Some(PathBuf::from("/etc/rdmad/peers.yml")));
+        assert_eq!(p.mesh_max, Some(32));
+        assert_eq!(p.rack.as_deref(), Some("r7"));
+        assert_eq!(p.peer_histograms, Some(false));
+        assert!(parse("[probe]\nmesh-max = 0\n").is_err());
         assert_eq!(p.enable, Some(true));
         assert_eq!(p.interval_ms, Some(500));
         assert_eq!(p.size, Some(1024));

@@ -78,7 +78,8 @@ if [ "$HOSTS" -ge 2 ]; then
     printf 'host=%s\nhosts=%s\n' $LAB_HOST $HOSTS > /etc/lab/fabric
     if [ "$HOST" = 1 ]; then
         # DNS for the fabric: every host name, the group name rdmad.lab with every host's
-        # address (like a headless Service), and one SRV record per host for rdmad's probe.
+        # address (like a headless Service), and one SRV record per host for rdmad's probe
+        # listener (port 9737, --probe.listen=:9737 as in deploy/; $PORT is rdmad's web port).
         k=1
         : > /etc/lab/dns-hosts
         set -- --keep-in-foreground --no-resolv --no-hosts --addn-hosts=/etc/lab/dns-hosts \
@@ -87,7 +88,7 @@ if [ "$HOSTS" -ge 2 ]; then
         while [ $k -le $HOSTS ]; do
             echo "10.2.0.$k h$k.lab h$k" >> /etc/lab/dns-hosts
             echo "10.2.0.$k rdmad.lab" >> /etc/lab/dns-hosts
-            set -- "$@" --srv-host=_rdmad-probe._tcp.rdmad.lab,h$k.lab,$PORT,0,1
+            set -- "$@" --srv-host=_rdmad-probe._tcp.rdmad.lab,h$k.lab,9737,0,1
             k=$((k + 1))
         done
         dnsmasq "$@" > /var/log/dnsmasq.out 2>&1 &

@@ -13,21 +13,31 @@
 //! an RC QP pair per peer). Both publish the same per-peer results: latency samples (round
 //! trips), runs, failures, and requests sent and lost (UD: a request without its reply within
 //! `reply_timeout`; RC: the request a failed run stopped at).
+//!
+//! The peers are discovered again every round ([`crate::discovery`]: static, DNS, file):
+//! new peers are added, gone ones dropped with their results (their series vanish), and the
+//! [`crate::pinglist`] planner picks the peers of the round (a full mesh up to `mesh_max`).
+//! Above `mesh_max` the connections of peers not planned in a round are closed, so the QPs
+//! held stay bounded by the plan. A peer whose handshake shows this engine's own GID is
+//! this engine: it is dropped and not tried again while discovery keeps listing it.
 use crate::clock::{Clock, ClockInfo};
 use crate::cpu::CpuMeter;
+use crate::discovery::{Discovery, DiscoveryConfig, DiscoveryStats};
 use crate::failure::ProbeFailure;
 use crate::handshake::Secret;
 use crate::loopback::{LoopbackProbe, RunParams};
 use crate::mrreg::{time_registrations, DEFAULT_MR_SIZES};
 use crate::peer::{PeerConn, PeerServer, ServerStats, UdPeerConn};
+use crate::pinglist::{Pinglist, DEFAULT_MESH_MAX};
 use crate::snapshot::{
     Histogram, PeerState, PeerTransport, ProbeOp, ProbeSnapshot, RegistrationResult, TargetResult,
     UdEndpointState, LATENCY_BUCKETS, REGISTRATION_BUCKETS,
 };
 use crate::stats::LatencySummary;
 use crate::ud::{DropReason, UdEndpoints, UdRun};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -68,6 +78,16 @@ pub struct EngineConfig {
     pub peers: Vec<String>,
     /// How peers are probed (default UD).
     pub transport: PeerTransport,
+    /// Peers from DNS: every address of this name, ports from its `_rdmad-probe._tcp` SRV.
+    pub peers_dns: Option<String>,
+    /// The DNS server for `peers_dns` (default: the system's resolver).
+    pub dns_server: Option<SocketAddr>,
+    /// Peers from a file_sd-style JSON/YAML file, re-read when it changes.
+    pub peers_file: Option<PathBuf>,
+    /// This host's own labels (`rack`, ...), over those of its entry in the peers file.
+    pub own_labels: BTreeMap<String, String>,
+    /// Largest peer set probed as a full mesh; also the most peers probed in one round.
+    pub mesh_max: usize,
     /// Operation for RC peers: read or write (UD peers are always `send`).
     pub peer_op: ProbeOp,
     /// A UD request without its reply this long is lost.
@@ -78,6 +98,13 @@ pub struct EngineConfig {
     pub backoff_min: Duration,
     /// Longest reconnect delay.
     pub backoff_max: Duration,
+}
+
+impl EngineConfig {
+    /// Whether any peer source is configured.
+    pub fn has_peers(&self) -> bool {
+        !self.peers.is_empty() || self.peers_dns.is_some() || self.peers_file.is_some()
+    }
 }
 
 impl Default for EngineConfig {
@@ -98,6 +125,11 @@ impl Default for EngineConfig {
             secret: None,
             peers: Vec::new(),
             transport: PeerTransport::Ud,
+            peers_dns: None,
+            dns_server: None,
+            peers_file: None,
+            own_labels: BTreeMap::new(),
+            mesh_max: DEFAULT_MESH_MAX,
             peer_op: ProbeOp::Read,
             reply_timeout: Duration::from_millis(500),
             peer_device: None,
@@ -134,6 +166,9 @@ struct State {
     targets: Vec<TargetResult>,
     registrations: Vec<RegistrationResult>,
     peers: Vec<PeerState>,
+    discovery: DiscoveryStats,
+    own_labels: BTreeMap<String, String>,
+    own_peers: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -189,6 +224,9 @@ impl ProbeHandle {
             handshakes_accepted_total: s.server.accepted.load(Ordering::Relaxed),
             handshakes_refused_total: s.server.refused(),
             ud_endpoints,
+            discovery: st.discovery.clone(),
+            own_labels: st.own_labels.clone(),
+            own_peers: st.own_peers.clone(),
         }
     }
 }
@@ -326,7 +364,7 @@ pub struct ProbeEngine {
 impl ProbeEngine {
     /// Validate `config`, bind the listener (if any) and start the probe thread.
     pub fn start(config: EngineConfig) -> Result<ProbeEngine, EngineError> {
-        if (config.listen.is_some() || !config.peers.is_empty()) && config.secret.is_none() {
+        if (config.listen.is_some() || config.has_peers()) && config.secret.is_none() {
             return Err(EngineError::Config(
                 "peer probes and the probe listener need a shared secret".into(),
             ));
@@ -337,7 +375,7 @@ impl ProbeEngine {
             ));
         }
         if config.transport == PeerTransport::Ud
-            && !config.peers.is_empty()
+            && config.has_peers()
             && config.size < crate::ud::UD_HEADER
         {
             return Err(EngineError::Config(format!(
@@ -346,7 +384,7 @@ impl ProbeEngine {
                 config.size
             )));
         }
-        if !config.peers.is_empty() && config.size > crate::peer::PEER_BUFFER {
+        if config.has_peers() && config.size > crate::peer::PEER_BUFFER {
             return Err(EngineError::Config(format!(
                 "peer probes use at most {} byte messages",
                 crate::peer::PEER_BUFFER
@@ -363,6 +401,9 @@ impl ProbeEngine {
                 targets: Vec::new(),
                 registrations: Vec::new(),
                 peers: Vec::new(),
+                discovery: DiscoveryStats::default(),
+                own_labels: BTreeMap::new(),
+                own_peers: Vec::new(),
             }),
             rounds: AtomicU64::new(0),
             cpu_ns: Arc::new(AtomicU64::new(0)),
@@ -386,10 +427,21 @@ impl ProbeEngine {
             ),
             _ => None,
         };
+        let listen = server.as_ref().map(PeerServer::local_addr);
+        let discovery = DiscoveryConfig {
+            static_peers: config.peers.clone(),
+            dns_name: config.peers_dns.clone(),
+            dns_server: config.dns_server,
+            dns_timeout: None,
+            file: config.peers_file.clone(),
+            default_port: listen.map_or(crate::DEFAULT_PEER_PORT, |l| l.port()),
+            listen,
+            own_labels: config.own_labels.clone(),
+        };
         let s2 = Arc::clone(&shared);
         let main = std::thread::Builder::new()
             .name("rdma-probe".into())
-            .spawn(move || main_loop(&s2, &config))
+            .spawn(move || main_loop(&s2, &config, discovery))
             .map_err(EngineError::Spawn)?;
         Ok(ProbeEngine {
             shared,
@@ -474,6 +526,14 @@ impl Conn {
             Conn::Ud(c) => c.device(),
         }
     }
+
+    /// Whether the peer's handshake showed this engine's own GID.
+    fn is_self(&self) -> bool {
+        match self {
+            Conn::Rc(c) => c.is_self(),
+            Conn::Ud(c) => c.is_self(),
+        }
+    }
 }
 
 struct PeerLink {
@@ -482,6 +542,81 @@ struct PeerLink {
     backoff: Duration,
     next_attempt: Instant,
     connects: u64,
+    labels: crate::discovery::Labels,
+}
+
+impl PeerLink {
+    fn new(addr: String, backoff: Duration) -> PeerLink {
+        PeerLink {
+            addr,
+            conn: None,
+            backoff,
+            next_attempt: Instant::now(),
+            connects: 0,
+            labels: crate::discovery::Labels::default(),
+        }
+    }
+}
+
+/// The peers of the engine between rounds: links by address, the plan for them, and the
+/// addresses found to be this engine.
+struct Mesh {
+    links: BTreeMap<String, PeerLink>,
+    /// Found to be this engine by GID: never probed while discovery lists them.
+    own_by_gid: BTreeSet<String>,
+    plan: Option<Pinglist>,
+    own_id: String,
+}
+
+impl Mesh {
+    /// Follow the discovered set: add new peers, drop gone ones and their results.
+    fn update(&mut self, shared: &Shared, cfg: &EngineConfig, set: &crate::discovery::PeerSet) {
+        let before: Vec<String> = self.links.keys().cloned().collect();
+        self.own_by_gid.retain(|a| set.peers.contains_key(a));
+        let gone: Vec<String> = self
+            .links
+            .keys()
+            .filter(|a| !set.peers.contains_key(*a) || self.own_by_gid.contains(*a))
+            .cloned()
+            .collect();
+        for a in &gone {
+            self.links.remove(a);
+        }
+        for (addr, peer) in &set.peers {
+            if self.own_by_gid.contains(addr) {
+                continue;
+            }
+            let link = self
+                .links
+                .entry(addr.clone())
+                .or_insert_with(|| PeerLink::new(addr.clone(), cfg.backoff_min));
+            link.labels = std::sync::Arc::clone(&peer.labels);
+        }
+        if !gone.is_empty() {
+            let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.targets
+                .retain(|t| t.peer.as_ref().is_none_or(|p| !gone.contains(p)));
+        }
+        let own_id = set
+            .own_addrs
+            .iter()
+            .next()
+            .cloned()
+            .unwrap_or_else(|| cfg.listen.map(|l| l.to_string()).unwrap_or_default());
+        let after: Vec<&String> = self.links.keys().collect();
+        if self.plan.is_none()
+            || own_id != self.own_id
+            || after != before.iter().collect::<Vec<_>>()
+        {
+            let peers: Vec<(&str, Option<&str>)> = self
+                .links
+                .values()
+                .map(|l| (l.addr.as_str(), l.labels.get("rack").map(String::as_str)))
+                .collect();
+            self.plan = Some(Pinglist::new(cfg.mesh_max, &own_id, set.own_rack(), &peers));
+            self.own_id = own_id;
+        }
+    }
 }
 
 impl PeerLink {
@@ -493,7 +628,8 @@ impl PeerLink {
     }
 }
 
-fn main_loop(shared: &Shared, cfg: &EngineConfig) {
+fn main_loop(shared: &Shared, cfg: &EngineConfig, discovery: DiscoveryConfig) {
+    let mut discovery = (cfg.has_peers()).then(|| Discovery::new(discovery));
     let mut meter = CpuMeter::start();
     let clock = Clock::calibrate();
     shared.state.lock().unwrap_or_else(|p| p.into_inner()).clock = Some(clock.info());
@@ -508,17 +644,12 @@ fn main_loop(shared: &Shared, cfg: &EngineConfig) {
     } else {
         Vec::new()
     };
-    let mut peers: Vec<PeerLink> = cfg
-        .peers
-        .iter()
-        .map(|a| PeerLink {
-            addr: a.clone(),
-            conn: None,
-            backoff: cfg.backoff_min,
-            next_attempt: Instant::now(),
-            connects: 0,
-        })
-        .collect();
+    let mut mesh = Mesh {
+        links: BTreeMap::new(),
+        own_by_gid: BTreeSet::new(),
+        plan: None,
+        own_id: String::new(),
+    };
     let params = RunParams {
         size: cfg.size,
         warmup: cfg.warmup,
@@ -566,19 +697,63 @@ fn main_loop(shared: &Shared, cfg: &EngineConfig) {
                 }
             }
         }
-        for link in &mut peers {
-            peer_round(shared, cfg, link, &clock, &params);
+        let mut own_labels = BTreeMap::new();
+        let mut own_by_address = BTreeSet::new();
+        if let Some(d) = discovery.as_mut() {
+            let set = d.refresh();
+            mesh.update(shared, cfg, &set);
+            own_labels.clone_from(&set.own_labels);
+            own_by_address = set.own_addrs;
+        }
+        let picks: BTreeSet<usize> = mesh
+            .plan
+            .as_ref()
+            .map(|p| p.round(round).into_iter().collect())
+            .unwrap_or_default();
+        let full = mesh.plan.as_ref().is_none_or(Pinglist::full_mesh);
+        let mut own_found = Vec::new();
+        for (i, link) in mesh.links.values_mut().enumerate() {
+            if picks.contains(&i) {
+                if peer_round(shared, cfg, link, &clock, &params) == Round::Own {
+                    own_found.push(link.addr.clone());
+                }
+            } else if !full {
+                // Not in this round's plan: its QP is not held (a sampled peer reconnects
+                // when it is planned again).
+                link.conn = None;
+            }
+        }
+        for addr in own_found {
+            tracing::info!(peer = %addr, "peer is this engine (its handshake offered our GID): not probed");
+            mesh.links.remove(&addr);
+            mesh.own_by_gid.insert(addr.clone());
+            mesh.plan = None;
+            let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.targets
+                .retain(|t| t.peer.as_deref() != Some(addr.as_str()));
         }
         {
             let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.peers = peers
-                .iter()
-                .map(|l| PeerState {
+            st.peers = mesh
+                .links
+                .values()
+                .enumerate()
+                .map(|(i, l)| PeerState {
                     peer: l.addr.clone(),
                     connected: l.conn.is_some(),
                     connects_total: l.connects,
                     backoff_seconds: l.backoff.as_secs_f64(),
+                    labels: std::sync::Arc::clone(&l.labels),
+                    planned: picks.contains(&i),
                 })
+                .collect();
+            if let Some(d) = discovery.as_ref() {
+                st.discovery = d.stats().clone();
+            }
+            st.own_labels = own_labels;
+            st.own_peers = own_by_address
+                .into_iter()
+                .chain(mesh.own_by_gid.iter().cloned())
                 .collect();
         }
         round += 1;
@@ -603,13 +778,22 @@ fn main_loop(shared: &Shared, cfg: &EngineConfig) {
     }
 }
 
+/// What one peer's turn in a round found.
+#[derive(Debug, PartialEq, Eq)]
+enum Round {
+    /// Probed (or tried, or waiting out its backoff).
+    Done,
+    /// The peer is this engine.
+    Own,
+}
+
 fn peer_round(
     shared: &Shared,
     cfg: &EngineConfig,
     link: &mut PeerLink,
     clock: &Clock,
     p: &RunParams,
-) {
+) -> Round {
     fn key<'a>(cfg: &EngineConfig, device: &'a str, peer: &'a str) -> Key<'a> {
         Key {
             kind: "peer",
@@ -627,7 +811,7 @@ fn peer_round(
     let now = Instant::now();
     if link.conn.is_none() {
         if now < link.next_attempt {
-            return;
+            return Round::Done;
         }
         let secret = cfg.secret.as_ref().expect("checked at start");
         let (device, gid) = (cfg.peer_device.as_deref(), cfg.gid_index);
@@ -641,6 +825,7 @@ fn peer_round(
             }
         };
         match made {
+            Ok(c) if c.is_self() => return Round::Own,
             Ok(c) => {
                 link.conn = Some(c);
                 link.connects += 1;
@@ -648,7 +833,7 @@ fn peer_round(
             Err(f) => {
                 shared.record(key(cfg, "", &link.addr), Err(f));
                 link.failed(now, cfg.backoff_max);
-                return;
+                return Round::Done;
             }
         }
     }
@@ -689,6 +874,7 @@ fn peer_round(
         link.conn = None;
         link.failed(Instant::now(), cfg.backoff_max);
     }
+    Round::Done
 }
 
 #[cfg(test)]
@@ -812,6 +998,72 @@ mod tests {
         engine.stop();
     }
 
+    /// Peers from a file follow the file without a restart: a new peer is tried, a removed
+    /// one goes with its results (its series vanish), labels come along, a bad line is
+    /// skipped and counted. Connects fail (nobody listens): no RDMA needed.
+    #[test]
+    fn peers_follow_the_peers_file_and_removed_ones_lose_their_results() {
+        let dead = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .to_string()
+        };
+        let (a, b) = (dead(), dead());
+        let dir = std::env::temp_dir().join(format!("rdma-probe-engine-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("peers.yml");
+        std::fs::write(
+            &file,
+            format!("- targets: ['{a}', 'no port here']\n  labels: {{rack: r1}}\n"),
+        )
+        .unwrap();
+        let cfg = EngineConfig {
+            loopback: false,
+            mr_sizes: vec![],
+            peers_file: Some(file.clone()),
+            secret: Some(Secret::new(b"0123456789abcdef0123").unwrap()),
+            interval: Duration::from_millis(20),
+            backoff_min: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(10),
+            ..EngineConfig::default()
+        };
+        let engine = ProbeEngine::start(cfg).unwrap();
+        let h = engine.handle();
+        let wait = |what: &str, cond: &dyn Fn(&ProbeSnapshot) -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let s = h.snapshot();
+                if cond(&s) {
+                    return s;
+                }
+                assert!(Instant::now() < deadline, "{what}: {s:?}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        let s = wait("A tried", &|s| s.target(&a, ProbeOp::Send).is_some());
+        assert_eq!(s.peers.len(), 1);
+        assert_eq!(
+            s.peers[0].labels.get("rack").map(String::as_str),
+            Some("r1")
+        );
+        assert_eq!(s.discovery.invalid_entries.get("file"), Some(&1));
+        let tmp = dir.join("peers.tmp");
+        std::fs::write(&tmp, format!("- targets: ['{b}']\n")).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+        let s = wait("B tried, A gone", &|s| {
+            s.target(&b, ProbeOp::Send).is_some() && s.target(&a, ProbeOp::Send).is_none()
+        });
+        assert_eq!(
+            s.peers.iter().map(|p| p.peer.as_str()).collect::<Vec<_>>(),
+            [b.as_str()]
+        );
+        assert!(s.target(&b, ProbeOp::Send).unwrap().failures_total["CONNECT_ERR"] >= 1);
+        engine.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Each failure waits the current backoff before the next attempt and doubles the one
     /// after, up to the bound: 10, 20, 40, 40 ms for a 10 ms start and a 40 ms bound.
     #[test]
@@ -831,13 +1083,8 @@ mod tests {
         let min = Duration::from_millis(10);
         let max = Duration::from_millis(40);
         let t0 = Instant::now();
-        let mut link = PeerLink {
-            addr: "127.0.0.1:1".into(),
-            conn: None,
-            backoff: min,
-            next_attempt: t0,
-            connects: 0,
-        };
+        let mut link = PeerLink::new("127.0.0.1:1".into(), min);
+        link.next_attempt = t0;
         let mut waits = Vec::new();
         for _ in 0..4 {
             link.failed(t0, max);

@@ -36,6 +36,8 @@ pub mod clock;
 #[cfg(feature = "verbs")]
 pub mod cpu;
 #[cfg(feature = "verbs")]
+pub mod discovery;
+#[cfg(feature = "verbs")]
 pub mod engine;
 #[cfg(feature = "verbs")]
 pub mod failure;
@@ -50,13 +52,18 @@ pub mod oneshot;
 #[cfg(feature = "verbs")]
 pub mod peer;
 #[cfg(feature = "verbs")]
+pub mod pinglist;
+#[cfg(feature = "verbs")]
 mod rc;
 #[cfg(feature = "verbs")]
 pub mod ud;
 
+/// The peer probe port when none is configured (`--probe.listen=:9737` in deploy/).
+pub const DEFAULT_PEER_PORT: u16 = 9737;
+
 pub use snapshot::{
-    ClockInfo, ClockSource, Histogram, PeerState, PeerTransport, ProbeOp, ProbeSnapshot,
-    RegistrationResult, TargetResult, UdEndpointState,
+    ClockInfo, ClockSource, DiscoveryStats, Histogram, PeerState, PeerTransport, ProbeOp,
+    ProbeSnapshot, RegistrationResult, TargetResult, UdEndpointState,
 };
 pub use stats::LatencySummary;
 

@@ -522,6 +522,8 @@ pub struct PeerConn {
     remote: RemoteBuffer,
     stream: TcpStream,
     size: usize,
+    /// The peer's GID from its offer: equal to ours means we reached ourselves.
+    remote_gid: std::net::Ipv6Addr,
 }
 
 impl std::fmt::Debug for PeerConn {
@@ -582,6 +584,7 @@ impl PeerConn {
             remote,
             stream,
             size,
+            remote_gid: theirs.endpoint.gid,
         })
     }
 
@@ -593,6 +596,12 @@ impl PeerConn {
     /// The local GID index.
     pub fn gid_index(&self) -> u32 {
         self.port.gid.index
+    }
+
+    /// Whether the peer's handshake offered this connection's own GID: the "peer" is this
+    /// engine (reached through a name or an address discovery did not know as its own).
+    pub fn is_self(&self) -> bool {
+        self.remote_gid == self.port.gid.gid
     }
 
     /// The message size.

@@ -7,6 +7,7 @@
 use crate::stats::LatencySummary;
 pub use rdmakit::histogram::Histogram;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Latency buckets, seconds: from hardware RoCE (1-5 us) through Soft-RoCE under emulation
 /// (15-50 us) to retransmission territory (milliseconds).
@@ -143,6 +144,21 @@ impl std::fmt::Display for PeerTransport {
     }
 }
 
+/// Labels of a peer; the targets of one file_sd group share one map.
+pub type Labels = Arc<BTreeMap<String, String>>;
+
+/// What discovery publishes (metrics).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DiscoveryStats {
+    /// Peers per source (`static`, `dns`, `file`) after the last refresh, self excluded.
+    pub peers: BTreeMap<String, u64>,
+    /// Entries skipped as invalid in the last refresh, per source.
+    pub invalid_entries: BTreeMap<String, u64>,
+    /// Failed refreshes by `(source, reason)`: `file`/`missing`, `file`/`read`,
+    /// `file`/`parse`, `dns`/`no_records`, `dns`/`resolve`, `dns`/`setup`.
+    pub errors_total: BTreeMap<(String, String), u64>,
+}
+
 /// Results of one probe target (a device port's operation, or a peer's).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TargetResult {
@@ -205,6 +221,10 @@ pub struct PeerState {
     pub connects_total: u64,
     /// Current reconnect delay, seconds.
     pub backoff_seconds: f64,
+    /// Labels from discovery (`rack`, `zone`, ...), shared with discovery's peer set.
+    pub labels: Labels,
+    /// Whether the planner picked it in the last round.
+    pub planned: bool,
 }
 
 /// The UD endpoint of one local device (one UD QP, whatever the number of peers).
@@ -246,6 +266,12 @@ pub struct ProbeSnapshot {
     pub handshakes_refused_total: BTreeMap<String, u64>,
     /// The UD endpoints in use.
     pub ud_endpoints: Vec<UdEndpointState>,
+    /// Peer discovery: peers per source, skipped entries, failed refreshes.
+    pub discovery: DiscoveryStats,
+    /// This host's own labels (`rack`, ...).
+    pub own_labels: BTreeMap<String, String>,
+    /// Peers found to be this engine itself (by address or by GID).
+    pub own_peers: Vec<String>,
 }
 
 impl ProbeSnapshot {

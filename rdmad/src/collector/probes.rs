@@ -18,7 +18,14 @@
 //!   `rdma_probe_up{...}`
 //! - `rdma_probe_mr_registration_seconds{device,size_bytes}` (histogram),
 //!   `rdma_probe_mr_registration_last_seconds`, `rdma_probe_mr_registration_failures_total`
-//! - `rdma_probe_peer_connected{peer}`, `rdma_probe_handshakes_accepted_total`,
+//! - peer series also carry `peer_rack`, the peer's `rack` label from discovery (empty when
+//!   it has none); with `--probe.peer-histograms=false` peers get no latency histogram
+//!   (summary, runs and failures stay): 17 series per peer less (15 buckets, sum, count)
+//! - `rdma_probe_discovered_peers{source}` (static, dns, file; this host excluded),
+//!   `rdma_probe_discovery_invalid_entries{source}` (skipped in the last refresh),
+//!   `rdma_probe_discovery_errors_total{source,reason}`, `rdma_probe_pinglist_peers` (peers
+//!   planned in the last round)
+//! - `rdma_probe_peer_connected{peer,peer_rack}`, `rdma_probe_handshakes_accepted_total`,
 //!   `rdma_probe_handshakes_refused_total{reason}`, `rdma_probe_cpu_seconds_total`,
 //!   `rdma_probe_rounds_total`
 //! - `rdma_probe_ud_dropped_total{device,reason}`: UD datagrams the device's UD endpoint
@@ -79,6 +86,22 @@ const CPU_SECONDS: Declared = Declared::counter(
     "CPU time used by the probe engine's threads",
 );
 const ROUNDS: Declared = Declared::counter("rdma_probe_rounds", "Probe rounds completed");
+const DISCOVERED_PEERS: Declared = Declared::gauge(
+    "rdma_probe_discovered_peers",
+    "Peers found by each discovery source in its last refresh, this host excluded",
+);
+const DISCOVERY_INVALID_ENTRIES: Declared = Declared::gauge(
+    "rdma_probe_discovery_invalid_entries",
+    "Entries a discovery source skipped as invalid in its last refresh",
+);
+const DISCOVERY_ERRORS: Declared = Declared::counter(
+    "rdma_probe_discovery_errors",
+    "Failed refreshes of a discovery source, by reason",
+);
+const PINGLIST_PEERS: Declared = Declared::gauge(
+    "rdma_probe_pinglist_peers",
+    "Peers the pinglist planner picked for the last round",
+);
 const SENT: Declared = Declared::counter(
     "rdma_probe_sent",
     "Timed probe requests sent to a peer (both transports)",
@@ -125,6 +148,10 @@ pub const SPEC: CollectorSpec = CollectorSpec {
         UD_DROPPED,
         UD_ANSWERED,
         UD_SESSIONS,
+        DISCOVERED_PEERS,
+        DISCOVERY_INVALID_ENTRIES,
+        DISCOVERY_ERRORS,
+        PINGLIST_PEERS,
     ],
     catalog_counters: &[],
     patterns: &[],
@@ -142,6 +169,9 @@ fn build(config: &CollectorConfig) -> Box<dyn Collector> {
 pub struct ProbeSource {
     #[cfg(feature = "verbs")]
     handle: Option<rdma_probe::ProbeHandle>,
+    /// `--probe.peer-histograms=false`: no latency histogram for peer targets.
+    #[cfg(feature = "verbs")]
+    no_peer_histograms: bool,
 }
 
 impl std::fmt::Debug for ProbeSource {
@@ -171,6 +201,16 @@ pub struct ProbeSettings {
     pub peers: Vec<String>,
     /// `--probe.transport`.
     pub transport: Transport,
+    /// `--probe.peers-dns`.
+    pub peers_dns: Option<String>,
+    /// `--probe.peers-file`.
+    pub peers_file: Option<std::path::PathBuf>,
+    /// `--probe.mesh-max`.
+    pub mesh_max: usize,
+    /// `--probe.rack`.
+    pub rack: Option<String>,
+    /// `--probe.peer-histograms`.
+    pub peer_histograms: bool,
     /// `--probe.secret-file` (the secret itself is only read when the engine starts).
     pub secret_file: Option<std::path::PathBuf>,
 }
@@ -190,6 +230,8 @@ pub fn parse_transport(text: &str) -> Result<Transport, String> {
 
 /// Defaults, the same as `rdma_probe::EngineConfig::default()`.
 pub const DEFAULT_INTERVAL_MS: u64 = 10_000;
+/// Default `--probe.mesh-max` (the same as rdma-probe's `pinglist::DEFAULT_MESH_MAX`).
+pub const DEFAULT_MESH_MAX: usize = 64;
 /// Default message size, bytes.
 pub const DEFAULT_SIZE: usize = 64;
 /// Default timed exchanges per operation per round.
@@ -209,6 +251,11 @@ impl Default for ProbeSettings {
             listen: None,
             peers: Vec::new(),
             transport: Transport::default(),
+            peers_dns: None,
+            peers_file: None,
+            mesh_max: DEFAULT_MESH_MAX,
+            rack: None,
+            peer_histograms: true,
             secret_file: None,
         }
     }
@@ -302,6 +349,14 @@ pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> 
         peers: settings.peers.clone(),
         secret,
         transport: settings.transport,
+        peers_dns: settings.peers_dns.clone(),
+        peers_file: settings.peers_file.clone(),
+        mesh_max: settings.mesh_max,
+        own_labels: settings
+            .rack
+            .iter()
+            .map(|r| ("rack".to_string(), r.clone()))
+            .collect(),
         ..rdma_probe::EngineConfig::default()
     };
     let engine = rdma_probe::ProbeEngine::start(config).context("--probe.enable")?;
@@ -311,11 +366,15 @@ pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> 
         iterations = settings.iterations,
         peers = settings.peers.len(),
         transport = ?settings.transport,
+        peers_dns = settings.peers_dns.as_deref().unwrap_or(""),
+        peers_file = %settings.peers_file.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+        mesh_max = settings.mesh_max,
         listen = ?engine.listen_addr(),
         "probe engine started"
     );
     let source = ProbeSource {
         handle: Some(engine.handle()),
+        no_peer_histograms: !settings.peer_histograms,
     };
     Ok((
         Engine {
@@ -343,7 +402,7 @@ impl Collector for Probes {
     fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
         #[cfg(feature = "verbs")]
         if let Some(handle) = &self.source.handle {
-            emit(&handle.snapshot(), out)?;
+            emit(&handle.snapshot(), !self.source.no_peer_histograms, out)?;
         }
         // Without an engine (not enabled, or built without `verbs`): no series.
         let _ = (&self.source, out);
@@ -351,8 +410,18 @@ impl Collector for Probes {
     }
 }
 
-fn target_labels(t: &TargetResult) -> Labels {
-    vec![
+/// The peer's `rack` label from discovery (empty when it has none).
+fn rack_of(snapshot: &ProbeSnapshot, peer: &str) -> String {
+    snapshot
+        .peers
+        .iter()
+        .find(|p| p.peer == peer)
+        .and_then(|p| p.labels.get("rack").cloned())
+        .unwrap_or_default()
+}
+
+fn target_labels(snapshot: &ProbeSnapshot, t: &TargetResult) -> Labels {
+    let mut l = vec![
         ("device", t.device.clone()),
         ("port", t.port.to_string()),
         ("op", t.op.name().to_string()),
@@ -360,18 +429,29 @@ fn target_labels(t: &TargetResult) -> Labels {
         // Empty for loopback.
         ("peer", t.peer.clone().unwrap_or_default()),
         ("transport", t.transport.name().to_string()),
-    ]
+    ];
+    if let Some(peer) = &t.peer {
+        l.push(("peer_rack", rack_of(snapshot, peer)));
+    }
+    l
 }
 
-/// Add the metrics of the engine's `snapshot` to `out`.
-pub fn emit(snapshot: &ProbeSnapshot, out: &mut MetricSet) -> anyhow::Result<()> {
+/// Add the metrics of the engine's `snapshot` to `out`; `peer_histograms` false
+/// (`--probe.peer-histograms=false`) leaves out the latency histograms of peer targets.
+pub fn emit(
+    snapshot: &ProbeSnapshot,
+    peer_histograms: bool,
+    out: &mut MetricSet,
+) -> anyhow::Result<()> {
     for t in &snapshot.targets {
-        let l = target_labels(t);
-        out.add_declared(
-            &LATENCY_SECONDS,
-            l.clone(),
-            Value::Histogram(t.latency_seconds.clone()),
-        )?;
+        let l = target_labels(snapshot, t);
+        if peer_histograms || t.kind != "peer" {
+            out.add_declared(
+                &LATENCY_SECONDS,
+                l.clone(),
+                Value::Histogram(t.latency_seconds.clone()),
+            )?;
+        }
         if let Some(last) = &t.last {
             for (stat, us) in [
                 ("min", last.t_min_us),
@@ -421,9 +501,41 @@ pub fn emit(snapshot: &ProbeSnapshot, out: &mut MetricSet) -> anyhow::Result<()>
     for p in &snapshot.peers {
         out.add_declared(
             &PEER_CONNECTED,
-            vec![("peer", p.peer.clone())],
+            vec![
+                ("peer", p.peer.clone()),
+                (
+                    "peer_rack",
+                    p.labels.get("rack").cloned().unwrap_or_default(),
+                ),
+            ],
             Value::Int(u64::from(p.connected)),
         )?;
+    }
+    let d = &snapshot.discovery;
+    for (source, n) in &d.peers {
+        out.add_declared(
+            &DISCOVERED_PEERS,
+            vec![("source", source.clone())],
+            Value::Int(*n),
+        )?;
+    }
+    for (source, n) in &d.invalid_entries {
+        out.add_declared(
+            &DISCOVERY_INVALID_ENTRIES,
+            vec![("source", source.clone())],
+            Value::Int(*n),
+        )?;
+    }
+    for ((source, reason), n) in &d.errors_total {
+        out.add_declared(
+            &DISCOVERY_ERRORS,
+            vec![("source", source.clone()), ("reason", reason.clone())],
+            Value::Int(*n),
+        )?;
+    }
+    if !snapshot.peers.is_empty() || !d.peers.is_empty() {
+        let planned = snapshot.peers.iter().filter(|p| p.planned).count() as u64;
+        out.add_declared(&PINGLIST_PEERS, vec![], Value::Int(planned))?;
     }
     for (reason, n) in &snapshot.handshakes_refused_total {
         out.add_declared(
@@ -461,8 +573,8 @@ mod tests {
     use super::*;
     use crate::metrics::Format;
     use rdma_probe::{
-        Histogram, LatencySummary, PeerState, PeerTransport, ProbeOp, RegistrationResult,
-        UdEndpointState,
+        DiscoveryStats, Histogram, LatencySummary, PeerState, PeerTransport, ProbeOp,
+        RegistrationResult, UdEndpointState,
     };
     use std::collections::BTreeMap;
 
@@ -535,6 +647,11 @@ mod tests {
                 connected: false,
                 connects_total: 0,
                 backoff_seconds: 1.0,
+                labels: std::sync::Arc::new(BTreeMap::from([(
+                    "rack".to_string(),
+                    "r2".to_string(),
+                )])),
+                planned: true,
             }],
             handshakes_accepted_total: 4,
             handshakes_refused_total: BTreeMap::from([("bad_mac".to_string(), 1)]),
@@ -548,19 +665,26 @@ mod tests {
                     ("malformed".to_string(), 0),
                 ]),
             }],
+            discovery: DiscoveryStats {
+                peers: BTreeMap::from([("dns".to_string(), 1)]),
+                invalid_entries: BTreeMap::from([("file".to_string(), 2)]),
+                errors_total: BTreeMap::from([(("dns".to_string(), "no_records".to_string()), 3)]),
+            },
+            own_labels: BTreeMap::new(),
+            own_peers: Vec::new(),
         }
     }
 
     fn text() -> String {
         let mut set = MetricSet::new();
-        emit(&snapshot(), &mut set).unwrap();
+        emit(&snapshot(), true, &mut set).unwrap();
         set.encode(Format::Text)
     }
 
     const WRITE: &str =
         "device=\"rxe0\",port=\"1\",op=\"write\",kind=\"loopback\",peer=\"\",transport=\"rc\"";
     const UD_PEER: &str =
-        "device=\"rxe_a\",port=\"1\",op=\"send\",kind=\"peer\",peer=\"10.0.0.2:9737\",transport=\"ud\"";
+        "device=\"rxe_a\",port=\"1\",op=\"send\",kind=\"peer\",peer=\"10.0.0.2:9737\",transport=\"ud\",peer_rack=\"r2\"";
 
     #[test]
     fn latency_is_one_histogram_with_cumulative_buckets_inf_sum_and_count() {
@@ -670,12 +794,55 @@ mod tests {
             "rdma_probe_cpu_seconds_total 0.5\n",
             "rdma_probe_handshakes_accepted_total 4\n",
             "rdma_probe_handshakes_refused_total{reason=\"bad_mac\"} 1\n",
-            "rdma_probe_peer_connected{peer=\"10.0.0.2:9737\"} 0\n",
+            "rdma_probe_peer_connected{peer=\"10.0.0.2:9737\",peer_rack=\"r2\"} 0\n",
+            "rdma_probe_discovered_peers{source=\"dns\"} 1\n",
+            "rdma_probe_discovery_invalid_entries{source=\"file\"} 2\n",
+            "rdma_probe_discovery_errors_total{source=\"dns\",reason=\"no_records\"} 3\n",
+            "rdma_probe_pinglist_peers 1\n",
             "rdma_probe_mr_registration_seconds_count{device=\"rxe0\",size_bytes=\"4096\"} 1\n",
             "rdma_probe_mr_registration_failures_total{device=\"rxe0\",size_bytes=\"4096\"} 0\n",
             "rdma_probe_mr_registration_last_seconds{device=\"rxe0\",size_bytes=\"4096\"} 0.001\n",
         ] {
             assert!(text.contains(line), "missing {line:?} in {text}");
+        }
+    }
+
+    #[test]
+    fn without_peer_histograms_peers_keep_summaries_runs_and_up_only() {
+        let mut snap = snapshot();
+        snap.targets[1].last = Some(LatencySummary {
+            iterations: 1,
+            t_min_us: 20.0,
+            t_max_us: 20.0,
+            t_typical_us: 20.0,
+            t_avg_us: 20.0,
+            t_stdev_us: 0.0,
+            p99_us: 20.0,
+            p99_9_us: 20.0,
+        });
+        let mut set = MetricSet::new();
+        emit(&snap, false, &mut set).unwrap();
+        let text = set.encode(Format::Text);
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("rdma_probe_latency_seconds") && l.contains(UD_PEER)),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("rdma_probe_latency_seconds_count{{{WRITE}}} 6\n")),
+            "loopback keeps its histogram"
+        );
+        for family in [
+            "rdma_probe_latency_last_seconds{",
+            "rdma_probe_runs_total{",
+            "rdma_probe_up{",
+        ] {
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(family) && l.contains(UD_PEER)),
+                "{family} for the peer: {text}"
+            );
         }
     }
 

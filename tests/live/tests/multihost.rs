@@ -129,7 +129,7 @@ fn b_dns_answers_host_names_the_group_and_srv_records() {
     }
     let out = nslookup("h3", "SRV", "_rdmad-probe._tcp.rdmad.lab");
     for k in 1..=n {
-        let target = format!("9736 h{k}.lab");
+        let target = format!("9737 h{k}.lab");
         assert!(
             out.contains(&target),
             "FAIL: no SRV record for h{k}:\n{out}"
