@@ -289,3 +289,52 @@ impl ProbeSnapshot {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(device: &str, peer: Option<&str>, op: ProbeOp) -> TargetResult {
+        TargetResult {
+            kind: if peer.is_some() { "peer" } else { "loopback" },
+            device: device.into(),
+            port: 1,
+            peer: peer.map(str::to_string),
+            op,
+            size_bytes: 64,
+            latency_seconds: Histogram::new(LATENCY_BUCKETS),
+            last: None,
+            runs_total: 0,
+            failures_total: BTreeMap::new(),
+            up: false,
+            last_error: None,
+        }
+    }
+
+    #[test]
+    fn a_target_is_found_by_device_for_loopback_and_by_peer_otherwise() {
+        let s = ProbeSnapshot {
+            clock: None,
+            rounds_total: 0,
+            cpu_seconds_total: 0.0,
+            uptime_seconds: 0.0,
+            targets: vec![
+                target("rxe0", None, ProbeOp::Write),
+                target("rxe0", Some("h2:9737"), ProbeOp::Read),
+            ],
+            registrations: vec![],
+            peers: vec![],
+            handshakes_accepted_total: 0,
+            handshakes_refused_total: BTreeMap::new(),
+        };
+        assert_eq!(s.target("rxe0", ProbeOp::Write).unwrap().kind, "loopback");
+        assert_eq!(s.target("h2:9737", ProbeOp::Read).unwrap().kind, "peer");
+        // The peer target is not the device's loopback target, nor another op's.
+        assert!(s.target("rxe0", ProbeOp::Read).is_none());
+        assert!(s.target("h2:9737", ProbeOp::Write).is_none());
+        // The histogram the engine fills: the probe latency bounds and +Inf.
+        let h = &s.targets[0].latency_seconds;
+        assert_eq!(h.bounds(), LATENCY_BUCKETS);
+        assert_eq!(h.cumulative().len(), LATENCY_BUCKETS.len() + 1);
+    }
+}
