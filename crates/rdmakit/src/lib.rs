@@ -5,12 +5,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod attribution;
 pub mod catalog;
 pub mod doctor;
 pub mod exposition;
 pub mod model;
 pub mod nldev;
 pub mod owner;
+pub mod rdmacg;
 #[cfg(feature = "scrape")]
 pub mod scrape;
 pub mod sysfs;
