@@ -252,6 +252,20 @@ impl Tally {
         Ok(())
     }
 
+    /// Tally every message of one receive buffer (or captured answer) of a `kind` dump.
+    pub fn add_answer(
+        &mut self,
+        kind: ResourceKind,
+        bytes: &[u8],
+    ) -> Result<(), crate::nldev::ParseError> {
+        for (_, msg) in crate::nldev::message::split_messages(bytes)? {
+            if let netlink_packet_core::NetlinkPayload::InnerMessage(m) = msg.payload {
+                self.add_message(kind, &m)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether a dump of `kind` on `device` has reached the cap (its remaining messages
     /// are only counted).
     fn capped(&self, device: &str, kind: ResourceKind) -> bool {
@@ -384,6 +398,27 @@ pub enum Grouping {
 }
 
 impl OwnerReport {
+    /// Owners holding QPs in `state` (`ERR`), per device, most first.
+    pub fn qps_in_state(&self, state: &str) -> Vec<(&OwnerRow, u64)> {
+        let mut out: Vec<(&OwnerRow, u64)> = self
+            .rows
+            .iter()
+            .map(|r| {
+                let n = r
+                    .holdings
+                    .qps
+                    .iter()
+                    .filter(|((s, _), _)| s == state)
+                    .map(|(_, n)| n)
+                    .sum();
+                (r, n)
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1));
+        out
+    }
+
     /// The rows regrouped by `by`, summed over devices: (owner fields that remain, holdings),
     /// most objects first.
     pub fn grouped(&self, by: Grouping) -> Vec<(OwnerKey, Holdings)> {

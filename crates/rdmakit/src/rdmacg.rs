@@ -227,6 +227,21 @@ pub struct Tree {
     pub errors: Vec<String>,
 }
 
+impl Tree {
+    /// Every (cgroup, device, resource) whose usage has reached its limit.
+    pub fn at_limit(&self) -> Vec<(&CgroupRdma, Usage)> {
+        self.cgroups
+            .iter()
+            .flat_map(|c| {
+                c.usage()
+                    .into_iter()
+                    .filter(Usage::at_limit)
+                    .map(move |u| (c, u))
+            })
+            .collect()
+    }
+}
+
 /// Walk the hierarchy at `root` and read `rdma.current` and `rdma.max` of every cgroup
 /// that has them (the root has none), at most `max_cgroups` of them. A cgroup removed
 /// during the walk is skipped, not an error.
