@@ -415,7 +415,7 @@ impl OwnerReport {
             })
             .filter(|(_, n)| *n > 0)
             .collect();
-        out.sort_by(|a, b| b.1.cmp(&a.1));
+        out.sort_by_key(|b| std::cmp::Reverse(b.1));
         out
     }
 
