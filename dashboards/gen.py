@@ -596,9 +596,11 @@ def resources():
         b.add(stat(title, f"Live {title.lower()} ({t}) on the selected devices now. The kernel "
                    "creates some itself (an idle rxe device holds 1 PD, 1 CQ and 1 QP for GSI).",
                    f'sum(rdma_resources{{{DEV_SEL}, type="{t}"}})'), w=3, h=4)
-    b.add(text("Not exported (yet)", "rdmad exports **counts per device and type** only. QPs by "
-               "state, by process (pid/comm), per-QP counters, MR sizes and CQ depths need "
-               "`rdma resource show qp|mr|cq` on the host."), w=3, h=4)
+    b.add(stat("Cgroups at their RDMA limit", "Cgroups whose rdma.current has reached "
+               "rdma.max (rdma_cgroups_at_limit): their next create of that resource fails. "
+               "`rdmactl doctor` names them.",
+               f'sum(rdma_cgroups_at_limit{{{DEV_SEL}}}) or vector(0)',
+               thresholds=RED_IF_POSITIVE, color_mode="background"), w=3, h=4)
     b.row("Over time")
     for t, title in RES_TYPES[:3]:
         b.add(timeseries(f"{title} per device", f"Live {title.lower()} per device. A line that "
@@ -613,6 +615,31 @@ def resources():
                      "positive while applications create objects, negative as they free them.",
                      f'delta(rdma_resources{{{DEV_SEL}}}[5m])',
                      "{{instance}} {{device}} {{type}}"), w=12)
+    b.row("Who")
+    owner = "instance, comm, cgroup, pod_uid"
+    b.add(table("Top owners by QPs", "The 20 owners (process name, cgroup, pod) holding the "
+                "most QPs now (rdma_owner_objects, the netlink_owners collector). comm=\"kernel\" "
+                "are kernel users (the GSI QP); comm=\"other\" the owners beyond "
+                "--collector.netlink_owners.max-owners. `rdmactl resources --by process` on "
+                "the host lists them with pids.",
+                f'topk(20, sum by ({owner}) (rdma_owner_objects{{{DEV_SEL}, type="qp"}}))',
+                rename={"Value": "QPs"}), w=12, h=8)
+    b.add(timeseries("QPs in ERR by owner", "QPs in the ERR state per owner "
+                     "(rdma_owner_qps{state=\"ERR\"}): a QP goes to ERR when a work request "
+                     "fails and stays there until its program resets or destroys it. 0 per "
+                     "instance when none is in ERR.",
+                     f'sum by ({owner}) (rdma_owner_qps{{{DEV_SEL}, state="ERR"}}) or on(instance) '
+                     f'(0 * sum by (instance) (rdma_owner_objects{{{DEV_SEL}, type="qp"}}))',
+                     "{{instance}} {{comm}} {{cgroup}} {{pod_uid}}"), w=12)
+    b.add(timeseries("Objects per cgroup", "Every RDMA object kind per cgroup "
+                     "(rdma_owner_objects summed over devices and processes).",
+                     f'sum by (instance, cgroup, type) (rdma_owner_objects{{{DEV_SEL}}})',
+                     "{{instance}} {{cgroup}} {{type}}"), w=12)
+    b.add(table("RDMA cgroups: share of the limit used", "rdma.current / rdma.max per cgroup, "
+                "device and resource (the rdma_cgroup collector; 0 where unlimited). 1 means "
+                "the next create fails.",
+                f'rdma_cgroup_current{{{DEV_SEL}}} / rdma_cgroup_max{{{DEV_SEL}}}',
+                unit="percentunit", rename={"Value": "used"}), w=12, h=8)
     return b
 
 

@@ -69,6 +69,56 @@ pub struct Flags {
         value_name = "PATH"
     )]
     pub sysfs: PathBuf,
+    /// Where procfs is mounted (the owners of RDMA objects are read from PATH/<pid>).
+    #[arg(
+        long = "path.procfs",
+        env = "RDMAD_PATH_PROCFS",
+        default_value = "/proc",
+        value_name = "PATH"
+    )]
+    pub procfs: PathBuf,
+    /// The scrape deadline: a collector still running then contributes what it has and
+    /// rdma_scrape_collector_timeout{collector} is 1. Seconds or with a unit (500ms); 0 for
+    /// none.
+    #[arg(
+        long = "scrape.timeout",
+        env = "RDMAD_SCRAPE_TIMEOUT",
+        default_value = "5s",
+        value_parser = parse_timeout,
+        value_name = "DURATION"
+    )]
+    pub scrape_timeout_ms: u64,
+    /// Add a pid label to the netlink_owners series (every new process is a new series).
+    #[arg(
+        long = "collector.netlink_owners.pid",
+        env = "RDMAD_COLLECTOR_NETLINK_OWNERS_PID",
+        value_parser = BoolishValueParser::new(),
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value = "false",
+        value_name = "BOOL"
+    )]
+    pub owners_pid: bool,
+    /// Owners exported per scrape by netlink_owners; the ones holding fewer objects fold
+    /// into comm="other" (counted by rdma_owners_folded).
+    #[arg(
+        long = "collector.netlink_owners.max-owners",
+        env = "RDMAD_COLLECTOR_NETLINK_OWNERS_MAX_OWNERS",
+        default_value_t = crate::collector::netlink_owners::DEFAULT_MAX_OWNERS,
+        value_name = "N"
+    )]
+    pub owners_max_owners: usize,
+    /// Objects netlink_owners reads per dump (one device, one type); the rest are counted
+    /// by rdma_owner_objects_unread.
+    #[arg(
+        long = "collector.netlink_owners.max-objects",
+        env = "RDMAD_COLLECTOR_NETLINK_OWNERS_MAX_OBJECTS",
+        default_value_t = crate::collector::netlink_owners::DEFAULT_MAX_OBJECTS,
+        value_parser = clap::value_parser!(u64).range(1..),
+        value_name = "N"
+    )]
+    pub owners_max_objects: u64,
     /// Only read devices whose whole name matches this regular expression.
     #[arg(
         long = "collector.device-include",
@@ -252,6 +302,12 @@ pub struct Settings {
     pub disable_compression: bool,
     /// `--path.sysfs`.
     pub sysfs: PathBuf,
+    /// `--path.procfs`.
+    pub procfs: PathBuf,
+    /// `--scrape.timeout` (`None`: no deadline).
+    pub scrape_timeout: Option<std::time::Duration>,
+    /// `--collector.netlink_owners.*`.
+    pub owners: crate::collector::netlink_owners::OwnerSettings,
     /// `--collector.device-include`.
     pub device_include: Option<String>,
     /// `--collector.device-exclude`.
@@ -264,6 +320,14 @@ pub struct Settings {
     pub once: bool,
     /// `--print-metrics json`.
     pub print_metrics: bool,
+}
+
+/// `--scrape.timeout`: a duration like `--probe.interval`, or 0 for none.
+fn parse_timeout(text: &str) -> Result<u64, String> {
+    if text.trim() == "0" {
+        return Ok(0);
+    }
+    probes::parse_interval(text)
 }
 
 fn enable_id(name: &str) -> String {
@@ -415,6 +479,14 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
         web_config_file,
         disable_compression,
         sysfs,
+        procfs: flags.procfs.clone(),
+        scrape_timeout: (flags.scrape_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(flags.scrape_timeout_ms)),
+        owners: crate::collector::netlink_owners::OwnerSettings {
+            pid: flags.owners_pid,
+            max_owners: flags.owners_max_owners,
+            max_objects: flags.owners_max_objects,
+        },
         device_include: pick(
             "device_include",
             &flags.device_include,
@@ -563,8 +635,28 @@ mod tests {
                 "sysfs_info",
                 "sysfs_counters",
                 "netlink_qp_counters",
-                "netlink_resources"
+                "netlink_resources",
+                "netlink_owners",
+                "rdma_cgroup"
             ]
+        );
+        assert_eq!(s.procfs, PathBuf::from("/proc"));
+        assert_eq!(
+            s.scrape_timeout,
+            Some(crate::collector::DEFAULT_SCRAPE_TIMEOUT)
+        );
+        assert_eq!(s.owners, Default::default());
+        let s = settings(&[
+            "--scrape.timeout=0",
+            "--collector.netlink_owners.pid",
+            "--collector.netlink_owners.max-owners=3",
+        ]);
+        assert_eq!(s.scrape_timeout, None);
+        assert!(s.owners.pid);
+        assert_eq!(s.owners.max_owners, 3);
+        assert_eq!(
+            settings(&["--scrape.timeout=750ms"]).scrape_timeout,
+            Some(std::time::Duration::from_millis(750))
         );
         assert_eq!(s.max_requests, 40);
         assert!(!s.disable_compression, "compression is on by default");

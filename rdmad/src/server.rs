@@ -82,10 +82,13 @@ impl Exporter {
             enabled: settings.collectors.clone(),
             probes,
             open_files: crate::collector::sysfs_open_files(),
+            procfs: settings.procfs.clone(),
+            owners: settings.owners.clone(),
         };
         Ok(Exporter {
             _probe_engine: probe_engine,
-            collectors: Collectors::new(&config, &settings.collectors),
+            collectors: Collectors::new(&config, &settings.collectors)
+                .with_timeout(settings.scrape_timeout),
             permits: Arc::new(Semaphore::new(settings.max_requests)),
             collecting: Arc::new(Semaphore::new(
                 std::thread::available_parallelism()
@@ -505,6 +508,9 @@ mod tests {
             web_config_file: None,
             disable_compression: false,
             sysfs: "/nonexistent".into(),
+            procfs: "/proc".into(),
+            scrape_timeout: None,
+            owners: Default::default(),
             device_include: None,
             device_exclude: None,
             collectors: vec!["sysfs_info"],

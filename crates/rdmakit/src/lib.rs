@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod attribution;
 pub mod catalog;
 pub mod doctor;
 pub mod exposition;
@@ -12,6 +13,7 @@ pub mod histogram;
 pub mod model;
 pub mod nldev;
 pub mod owner;
+pub mod rdmacg;
 #[cfg(feature = "scrape")]
 pub mod scrape;
 pub mod sysfs;

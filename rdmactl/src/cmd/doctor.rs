@@ -2,6 +2,8 @@
 //! moved, and print ranked findings with what to do and which experiment shows it.
 //!
 //! `rdmactl doctor --from A.json --to B.json` works on saved `rdmactl counters --json` output.
+//! On a live machine it also names who holds QPs in ERR (RDMA netlink dumps, owners from
+//! /proc) and which cgroups are at their RDMA limit (the rdma cgroup controller).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -31,9 +33,12 @@ pub struct Args {
     /// Seconds between --from and --to, to print rates.
     #[arg(long, value_name = "SECS")]
     seconds: Option<f64>,
-    /// Where sysfs is mounted.
+    /// Where sysfs is mounted (the rdma cgroups are read under PATH/fs/cgroup).
     #[arg(long = "path.sysfs", default_value = "/sys")]
     sysfs: PathBuf,
+    /// Where procfs is mounted (the owners of QPs in ERR are read from PATH/<pid>).
+    #[arg(long = "path.procfs", default_value = "/proc")]
+    procfs: PathBuf,
     /// Print the diagnosis as JSON.
     #[arg(long)]
     json: bool,
@@ -87,14 +92,142 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     };
     let diag = diagnose(&before, &after, seconds, catalog, &rules);
+    // Who: only when looking at this machine now (saved snapshots name no owners).
+    let who = if args.from.is_none() {
+        Some(who(&args.sysfs, &args.procfs))
+    } else {
+        None
+    };
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &diag)?;
+        let mut value = serde_json::to_value(&diag)?;
+        if let (Some(map), Some(who)) = (value.as_object_mut(), &who) {
+            map.insert(
+                "qps_in_error".into(),
+                serde_json::to_value(&who.qps_in_error)?,
+            );
+            map.insert(
+                "cgroups_at_limit".into(),
+                serde_json::to_value(&who.cgroups_at_limit)?,
+            );
+        }
+        serde_json::to_writer_pretty(&mut out, &value)?;
         writeln!(out)?;
     } else {
         print_human(&mut out, &diag, args.verbose)?;
+        if let Some(who) = &who {
+            print_who(&mut out, who)?;
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Who holds QPs in ERR, and which cgroups are at their RDMA limit.
+#[derive(Debug, Default, serde::Serialize)]
+struct Who {
+    qps_in_error: Vec<QpsInError>,
+    cgroups_at_limit: Vec<CgroupAtLimit>,
+    #[serde(skip)]
+    notes: Vec<String>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct QpsInError {
+    device: String,
+    owner: rdmakit::attribution::OwnerKey,
+    qps: u64,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct CgroupAtLimit {
+    cgroup: String,
+    device: String,
+    resource: String,
+    current: u64,
+    max: u64,
+}
+
+fn who(sysfs: &std::path::Path, procfs: &std::path::Path) -> Who {
+    let mut who = Who::default();
+    match rdmakit::nldev::NldevClient::open() {
+        Ok(mut client) => match crate::cmd::resources::owners(&mut client, procfs, None) {
+            Ok(report) => {
+                for (row, n) in report.qps_in_state("ERR") {
+                    who.qps_in_error.push(QpsInError {
+                        device: row.device.clone(),
+                        owner: row.owner.clone(),
+                        qps: n,
+                    });
+                }
+            }
+            Err(e) => who.notes.push(format!("owners of QPs unknown: {e:#}")),
+        },
+        Err(e) => who.notes.push(format!("owners of QPs unknown: {e}")),
+    }
+    let root = sysfs.join("fs/cgroup");
+    match rdmakit::rdmacg::has_controller(&root) {
+        Ok(true) => match rdmakit::rdmacg::read_tree(&root, 100_000) {
+            Ok(tree) => {
+                for (cg, u) in tree.at_limit() {
+                    let rdmakit::rdmacg::Amount::Count(max) = u.max else {
+                        continue;
+                    };
+                    who.cgroups_at_limit.push(CgroupAtLimit {
+                        cgroup: cg.path.clone(),
+                        device: u.device,
+                        resource: u.resource,
+                        current: u.current,
+                        max,
+                    });
+                }
+            }
+            Err(e) => who.notes.push(format!("rdma cgroups unread: {e}")),
+        },
+        Ok(false) => {}
+        Err(e) => who.notes.push(format!("rdma cgroups unread: {e}")),
+    }
+    who
+}
+
+fn print_who(out: &mut impl Write, who: &Who) -> std::io::Result<()> {
+    for q in &who.qps_in_error {
+        let o = &q.owner;
+        let mut whom = match o.pid {
+            Some(pid) => format!("{} (pid {pid})", o.comm),
+            None => o.comm.clone(),
+        };
+        if !o.cgroup.is_empty() {
+            whom.push_str(&format!(", cgroup {}", o.cgroup));
+        }
+        if !o.pod_uid.is_empty() {
+            whom.push_str(&format!(", pod {}", o.pod_uid));
+        }
+        writeln!(
+            out,
+            "[WARN ] {} QP(s) in ERR on {} held by {whom}",
+            q.qps, q.device
+        )?;
+        writeln!(
+            out,
+            "    A QP in ERR failed a work request (see the completion status in the program); it stays in ERR until the program resets or destroys it."
+        )?;
+    }
+    for c in &who.cgroups_at_limit {
+        writeln!(
+            out,
+            "[WARN ] cgroup {} is at its RDMA limit on {}: {} {} of {} (rdma.max)",
+            c.cgroup, c.device, c.resource, c.current, c.max
+        )?;
+        writeln!(
+            out,
+            "    Its processes' next {} create fails (ENOMEM/EAGAIN from ibv_*). Raise rdma.max or free objects.",
+            if c.resource == "hca_handle" { "device open" } else { "verbs object" }
+        )?;
+    }
+    for n in &who.notes {
+        writeln!(out, "    ({n})")?;
+    }
+    Ok(())
 }
 
 fn print_human(out: &mut impl Write, diag: &Diagnosis, verbose: bool) -> std::io::Result<()> {

@@ -1,10 +1,12 @@
 //! `rdmactl resources`: RDMA resources from the nldev netlink interface, like
 //! `rdma res show [qp|cq|mr|pd|cm_id|ctx|srq]`: a per-device summary, or one line per object
-//! with its owner, as a table or as JSON.
+//! with its owner, as a table or as JSON; `--by process|cgroup|pod`: who holds them
+//! (`rdmakit::attribution`, the same tally as rdmad's `netlink_owners` collector).
 //!
 //! Data comes from `rdmakit::nldev`; this file only selects and formats. Memory keys and
 //! addresses are `Secret` in the model and print as `<hidden>` in JSON; the table omits them.
 use crate::exit::CodedError;
+use rdmakit::attribution::{Grouping, OwnerReport, Tally, TallyOptions, KINDS};
 use rdmakit::nldev::{NldevClient, NldevError, Resource, ResourceKind};
 use std::io::Write;
 use std::process::ExitCode;
@@ -43,11 +45,30 @@ impl From<Kind> for ResourceKind {
     }
 }
 
+/// How `--by` groups owners.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum By {
+    /// One row per process (pid, command name, cgroup).
+    Process,
+    /// One row per cgroup.
+    Cgroup,
+    /// One row per Kubernetes pod (objects outside pods: one row without a pod).
+    Pod,
+}
+
 /// Show RDMA resources (QPs, CQs, MRs, PDs, CM IDs, contexts, SRQs) like `rdma res show`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Resource kind; without it, a per-device count of every kind.
+    #[arg(conflicts_with = "by")]
     pub kind: Option<Kind>,
+    /// Who holds the objects: counts of every kind per process, cgroup or pod (owners from
+    /// /proc/<pid>/cgroup), most objects first.
+    #[arg(long, value_enum)]
+    pub by: Option<By>,
+    /// Where procfs is mounted (with --by).
+    #[arg(long = "path.procfs", default_value = "/proc")]
+    pub procfs: std::path::PathBuf,
     /// Only objects owned by this process id.
     #[arg(long)]
     pub pid: Option<u32>,
@@ -69,6 +90,11 @@ fn nl_error(err: NldevError) -> anyhow::Error {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut client = NldevClient::open().map_err(nl_error)?;
     let mut out = std::io::stdout().lock();
+    if let Some(by) = args.by {
+        let report = owners(&mut client, &args.procfs, args.pid)?;
+        print_owners(&mut out, &report, by, args.json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let Some(kind) = args.kind else {
         let summary = client.resource_summary().map_err(nl_error)?;
         if args.json {
@@ -244,5 +270,186 @@ fn port_space(ps: u32) -> String {
         0x0111 => "UDP".into(),
         0x013f => "IB".into(),
         other => format!("{other:#x}"),
+    }
+}
+
+/// Every device's objects tallied per process (pids kept), optionally only `pid`'s.
+pub fn owners(
+    client: &mut NldevClient,
+    procfs: &std::path::Path,
+    pid: Option<u32>,
+) -> anyhow::Result<OwnerReport> {
+    let devices = client.devices().map_err(nl_error)?;
+    let mut tally = Tally::new(TallyOptions {
+        proc_root: procfs.to_path_buf(),
+        pids: true,
+        ..TallyOptions::default()
+    });
+    for refused in tally.dump(client, &devices).map_err(nl_error)? {
+        eprintln!("rdmactl: {refused}");
+    }
+    let mut report = tally.finish(usize::MAX);
+    if let Some(pid) = pid {
+        report.rows.retain(|r| r.owner.pid == Some(pid));
+    }
+    Ok(report)
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}
+
+/// The `--by` table or JSON.
+fn print_owners(
+    out: &mut impl Write,
+    report: &OwnerReport,
+    by: By,
+    json: bool,
+) -> anyhow::Result<()> {
+    let grouping = match by {
+        By::Process => Grouping::Process,
+        By::Cgroup => Grouping::Cgroup,
+        By::Pod => Grouping::Pod,
+    };
+    let groups = report.grouped(grouping);
+    if json {
+        let rows: Vec<serde_json::Value> = groups
+            .iter()
+            .map(|(owner, h)| {
+                let mut v = serde_json::to_value(owner).unwrap_or_default();
+                let qps: Vec<serde_json::Value> = h
+                    .qps
+                    .iter()
+                    .map(|((state, qp_type), n)| {
+                        serde_json::json!({"state": state, "qp_type": qp_type, "count": n})
+                    })
+                    .collect();
+                if let Some(map) = v.as_object_mut() {
+                    map.retain(|_, x| x.as_str() != Some(""));
+                    map.insert("objects".into(), serde_json::json!(h.objects));
+                    map.insert("qps".into(), serde_json::json!(qps));
+                    map.insert("mr_bytes".into(), serde_json::json!(h.mr_bytes));
+                }
+                v
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut *out, &rows)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let who: &[&str] = match by {
+        By::Process => &["PID", "COMM", "CGROUP"],
+        By::Cgroup => &["CGROUP"],
+        By::Pod => &["POD"],
+    };
+    let mut header: Vec<String> = who.iter().map(|s| s.to_string()).collect();
+    header.extend(KINDS.iter().map(|k| k.name().to_ascii_uppercase()));
+    header.extend(["QP-ERR".to_string(), "MR-BYTES".to_string()]);
+    let mut rows = vec![header];
+    for (o, h) in &groups {
+        let mut row: Vec<String> = match by {
+            By::Process => vec![
+                o.pid.map_or("-".into(), |p| p.to_string()),
+                o.comm.clone(),
+                or_dash(&o.cgroup).to_string(),
+            ],
+            // Owners without a cgroup (kernel, exited processes) show their name.
+            By::Cgroup => vec![if o.cgroup.is_empty() {
+                format!("[{}]", o.comm)
+            } else {
+                o.cgroup.clone()
+            }],
+            By::Pod => vec![or_dash(&o.pod_uid).to_string()],
+        };
+        for k in KINDS {
+            row.push(h.objects.get(k.name()).copied().unwrap_or(0).to_string());
+        }
+        let err: u64 = h
+            .qps
+            .iter()
+            .filter(|((state, _), _)| state == "ERR")
+            .map(|(_, n)| n)
+            .sum();
+        row.push(err.to_string());
+        row.push(h.mr_bytes.to_string());
+        rows.push(row);
+    }
+    let cols = rows[0].len();
+    let widths: Vec<usize> = (0..cols)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r.get(i).map_or(0, |c| c.len()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in &rows {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
+        writeln!(out, "{}", line.join("  ").trim_end())?;
+    }
+    if report.timed_out {
+        writeln!(out, "(the dump stopped early; counts are partial)")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    /// The captured lab dumps (crates/rdmakit/tests/data/nldev) with their /proc tree.
+    fn captured() -> OwnerReport {
+        let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/rdmakit/tests/data");
+        let mut tally = Tally::new(TallyOptions {
+            proc_root: data.join("proc-captured"),
+            pids: true,
+            ..TallyOptions::default()
+        });
+        for dev in ["rxe0", "rxe_a", "rxe_b"] {
+            for kind in KINDS {
+                let path = data.join(format!("nldev/res_{}_{dev}.bin", kind.name()));
+                let bytes = std::fs::read(path).unwrap_or_default();
+                tally.add_answer(kind, &bytes).unwrap();
+            }
+        }
+        tally.finish(usize::MAX)
+    }
+
+    #[test]
+    fn by_cgroup_table_and_json_name_the_cgroups() {
+        let report = captured();
+        let mut out = Vec::new();
+        print_owners(&mut out, &report, By::Cgroup, false).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("/lab.slice/job-b.scope"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(line.split_whitespace().nth(1), Some("16"), "{line}");
+        assert!(text.lines().any(|l| l.starts_with("[kernel]")), "{text}");
+        let mut out = Vec::new();
+        print_owners(&mut out, &report, By::Process, true).unwrap();
+        let rows: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let row = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["pid"] == 170)
+            .unwrap();
+        assert_eq!(row["comm"], "ibv_srq_pingpon");
+        assert_eq!(row["objects"]["qp"], 16);
+        assert!(
+            row.get("pod_uid").is_none(),
+            "empty labels are left out: {row}"
+        );
     }
 }

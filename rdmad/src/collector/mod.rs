@@ -7,20 +7,24 @@
 //! `rdma_scrape_collector_success{collector}`. A collector that returns an error or panics
 //! contributes only those two series (success 0); the scrape itself always succeeds.
 //!
-//! Collectors of one scrape run one after the other in table order and may pass facts to the
-//! ones after them through [`Shared`]: which devices' port hw counters `netlink_counters`
-//! already exported (so that `sysfs_counters` does not read them again), the one sysfs
-//! snapshot of the scrape, read once for `sysfs_info` and `sysfs_counters` together, the
-//! device names of the sysfs tree, and the scrape's one RDMA netlink socket with its one
+//! Collectors of one scrape run concurrently, one thread each, until the scrape deadline
+//! (`--scrape.timeout`, see [`Collectors::scrape`]), and may pass facts to each other
+//! through [`Shared`]: which devices' port hw counters `netlink_counters` already exported
+//! (so that `sysfs_counters` does not read them again; the sysfs snapshot waits for it), the
+//! one sysfs snapshot of the scrape, read once for `sysfs_info` and `sysfs_counters`
+//! together, the device names of the sysfs tree, and the scrape's one RDMA netlink socket
+//! (lent to one collector at a time, its receives bounded by the deadline) with its one
 //! device dump ([`Shared::netlink`]). A collector that needs nothing from the others
 //! implements only [`Collector::update`]. To add a collector: write `src/collector/<name>.rs` with a `SPEC`,
 //! add `pub mod <name>;` and its `SPEC` to [`TABLE`]; flags, env, config key and the `/` page
 //! follow.
 
 pub mod netlink_counters;
+pub mod netlink_owners;
 pub mod netlink_qp_counters;
 pub mod netlink_resources;
 pub mod probes;
+pub mod rdma_cgroup;
 pub mod sysfs_counters;
 pub mod sysfs_info;
 pub mod trace;
@@ -28,8 +32,8 @@ pub mod trace;
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use rdmakit::model::Snapshot;
@@ -81,6 +85,14 @@ pub struct Shared {
     sysfs_devices: OnceLock<Result<Vec<String>, String>>,
     /// The RDMA netlink socket of this scrape, opened by the first collector that asks.
     netlink: Mutex<NetlinkState>,
+    /// When the scrape must end (`--scrape.timeout`); `None`: no deadline.
+    deadline: Option<Instant>,
+    /// Whether `netlink_counters` is still running in this scrape: the sysfs snapshot,
+    /// which skips what it exported, waits for it (collectors run concurrently). False by
+    /// default (a collector run on its own waits for nothing).
+    netlink_hw_pending: (Mutex<bool>, Condvar),
+    /// Collectors that stopped at the deadline with partial output.
+    timed_out: Mutex<BTreeSet<&'static str>>,
 }
 
 /// The scrape's RDMA netlink connection, as far as it got.
@@ -124,12 +136,79 @@ impl Netlink<'_> {
 }
 
 impl Shared {
+    /// The facts of one scrape that ends at `deadline`; `netlink_hw_pending`: whether
+    /// `netlink_counters` runs in it (the sysfs snapshot waits for it).
+    pub fn new(deadline: Option<Instant>, netlink_hw_pending: bool) -> Shared {
+        Shared {
+            deadline,
+            netlink_hw_pending: (Mutex::new(netlink_hw_pending), Condvar::new()),
+            ..Shared::default()
+        }
+    }
+
+    /// When this scrape's collectors must stop, if it has a deadline (three quarters of
+    /// `--scrape.timeout`: the rest is the margin for their output to reach the scrape).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Whether the deadline has passed.
+    pub fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Record that collector `name` stopped at the deadline: what it added is exported and
+    /// `rdma_scrape_collector_timeout{collector}` is 1.
+    pub fn mark_timed_out(&self, name: &'static str) {
+        if let Ok(mut set) = self.timed_out.lock() {
+            set.insert(name);
+        }
+    }
+
+    fn timed_out(&self, name: &str) -> bool {
+        self.timed_out
+            .lock()
+            .map(|set| set.contains(name))
+            .unwrap_or(false)
+    }
+
+    /// `netlink_counters` has finished: the sysfs snapshot may be read.
+    fn set_netlink_hw_ready(&self) {
+        let (lock, cvar) = &self.netlink_hw_pending;
+        if let Ok(mut pending) = lock.lock() {
+            *pending = false;
+        }
+        cvar.notify_all();
+    }
+
+    /// Wait until `netlink_counters` has finished, at most until the deadline.
+    fn wait_netlink_hw_ready(&self) {
+        let (lock, cvar) = &self.netlink_hw_pending;
+        let Ok(mut pending) = lock.lock() else {
+            return;
+        };
+        while *pending {
+            let wait = match self.deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return,
+                },
+                None => Duration::from_secs(3600),
+            };
+            match cvar.wait_timeout(pending, wait) {
+                Ok((guard, _)) => pending = guard,
+                Err(_) => return,
+            }
+        }
+    }
+
     /// The sysfs snapshot of this scrape: read with `reader` by the first caller, the same
     /// for the others (every sysfs collector passes the reader of [`sysfs_reader`]). The port
     /// hw counters of devices netlink already exported are not read.
     pub fn sysfs_snapshot(&self, source: &SysfsSource) -> anyhow::Result<&Snapshot> {
         self.sysfs
             .get_or_init(|| {
+                self.wait_netlink_hw_ready();
                 source
                     .reader
                     .snapshot_without_port_hw_counters(|device| self.netlink_hw_device(device))
@@ -179,7 +258,17 @@ impl Shared {
             };
         }
         match &mut *state {
-            NetlinkState::Open { client, devices } => f(&mut Netlink { client, devices }).map(Some),
+            NetlinkState::Open { client, devices } => {
+                // Every receive ends by the deadline: a socket that never answers cannot
+                // hold the scrape.
+                if let Some(deadline) = self.deadline {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    client
+                        .set_receive_timeout(Some(left.max(Duration::from_micros(1))))
+                        .context("RDMA netlink receive timeout")?;
+                }
+                f(&mut Netlink { client, devices }).map(Some)
+            }
             NetlinkState::Absent => Ok(None),
             NetlinkState::Failed(message) => Err(anyhow::anyhow!("{message}")),
             NetlinkState::Unopened => unreachable!("opened above"),
@@ -215,6 +304,10 @@ pub struct CollectorConfig {
     pub probes: probes::ProbeSource,
     /// Counter files the sysfs collectors keep open between scrapes ([`sysfs_open_files`]).
     pub open_files: Arc<OpenFiles>,
+    /// Where /proc is (`--path.procfs`).
+    pub procfs: PathBuf,
+    /// `netlink_owners`' settings (`--collector.netlink_owners.*`).
+    pub owners: netlink_owners::OwnerSettings,
 }
 
 impl CollectorConfig {
@@ -226,6 +319,8 @@ impl CollectorConfig {
             enabled: TABLE.iter().map(|s| s.name).collect(),
             probes: probes::ProbeSource::default(),
             open_files: sysfs_open_files(),
+            procfs: PathBuf::from("/proc"),
+            owners: netlink_owners::OwnerSettings::default(),
         }
     }
 
@@ -307,7 +402,12 @@ pub struct CollectorSpec {
 }
 
 /// The families [`Collectors::scrape`] adds for every collector and for rdmad itself.
-pub const SCRAPE_METRICS: &[Declared] = &[COLLECTOR_DURATION, COLLECTOR_SUCCESS, EXPORTER_BUILD];
+pub const SCRAPE_METRICS: &[Declared] = &[
+    COLLECTOR_DURATION,
+    COLLECTOR_SUCCESS,
+    COLLECTOR_TIMEOUT,
+    EXPORTER_BUILD,
+];
 
 const COLLECTOR_DURATION: Declared = Declared::gauge(
     "rdma_scrape_collector_duration_seconds",
@@ -316,6 +416,10 @@ const COLLECTOR_DURATION: Declared = Declared::gauge(
 const COLLECTOR_SUCCESS: Declared = Declared::gauge(
     "rdma_scrape_collector_success",
     "Whether a collector succeeded in this scrape (1) or failed (0)",
+);
+const COLLECTOR_TIMEOUT: Declared = Declared::gauge(
+    "rdma_scrape_collector_timeout",
+    "Whether a collector was still running at the scrape deadline (--scrape.timeout) and contributed only what it had (1), or finished (0)",
 );
 const EXPORTER_BUILD: Declared = Declared::info(
     "rdma_exporter_build",
@@ -330,6 +434,8 @@ pub const TABLE: &[CollectorSpec] = &[
     sysfs_counters::SPEC,
     netlink_qp_counters::SPEC,
     netlink_resources::SPEC,
+    netlink_owners::SPEC,
+    rdma_cgroup::SPEC,
     trace::SPEC,
     probes::SPEC,
 ];
@@ -339,10 +445,18 @@ pub fn spec(name: &str) -> Option<&'static CollectorSpec> {
     TABLE.iter().find(|s| s.name == name)
 }
 
+/// The default `--scrape.timeout`: well under Prometheus' default scrape timeout (10 s).
+pub const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The enabled collectors, in table order.
 pub struct Collectors {
-    enabled: Vec<(&'static str, Box<dyn Collector>)>,
+    enabled: Vec<(&'static str, Arc<dyn Collector>)>,
+    /// `--scrape.timeout` (`None`: no deadline).
+    timeout: Option<Duration>,
 }
+
+/// What one collector's run gave.
+type Outcome = std::thread::Result<anyhow::Result<MetricSet>>;
 
 impl Collectors {
     /// Build the collectors whose names are in `enabled` (table order is kept).
@@ -351,9 +465,16 @@ impl Collectors {
             enabled: TABLE
                 .iter()
                 .filter(|s| enabled.contains(&s.name))
-                .map(|s| (s.name, (s.build)(config)))
+                .map(|s| (s.name, Arc::from((s.build)(config))))
                 .collect(),
+            timeout: Some(DEFAULT_SCRAPE_TIMEOUT),
         }
+    }
+
+    /// Set the scrape deadline (`None`: wait for every collector however long it takes).
+    pub fn with_timeout(mut self, timeout: Option<Duration>) -> Collectors {
+        self.timeout = timeout;
+        self
     }
 
     /// Names of the enabled collectors.
@@ -362,40 +483,106 @@ impl Collectors {
     }
 
     /// Run every enabled collector once and return all metrics, including the scrape's own.
+    ///
+    /// The collectors run concurrently, one thread each, and the scrape waits for them until
+    /// the deadline (`--scrape.timeout`). A collector still running then is left behind: it
+    /// contributes nothing, with `rdma_scrape_collector_timeout` 1 and success 0; the others'
+    /// series are all there. Collectors that watch the deadline themselves
+    /// ([`Shared::past_deadline`]) stop early, keep what they have and say so
+    /// ([`Shared::mark_timed_out`]). Output is merged in table order whatever the order of
+    /// finishing.
     pub fn scrape(&self) -> MetricSet {
+        let start = Instant::now();
+        let deadline = self.timeout.map(|t| start + t);
+        let pending = self
+            .enabled
+            .iter()
+            .any(|(n, _)| *n == netlink_counters::SPEC.name);
+        // Collectors that watch the deadline see it a quarter early, so that what they
+        // stop with reaches the scrape before it stops waiting.
+        let soft = self.timeout.map(|t| start + t.mul_f64(0.75));
+        let shared = Arc::new(Shared::new(soft, pending));
+        let (tx, rx) = mpsc::channel::<(usize, Outcome, f64)>();
+        for (i, (name, collector)) in self.enabled.iter().enumerate() {
+            let (collector, shared, tx) = (Arc::clone(collector), Arc::clone(&shared), tx.clone());
+            let name: &'static str = name;
+            let run = move || {
+                let start = Instant::now();
+                let outcome = catch_unwind(AssertUnwindSafe(|| {
+                    let mut own = MetricSet::new();
+                    collector.update_shared(&shared, &mut own).map(|()| own)
+                }));
+                if name == netlink_counters::SPEC.name {
+                    shared.set_netlink_hw_ready();
+                }
+                let _ = tx.send((i, outcome, start.elapsed().as_secs_f64()));
+            };
+            let spawned = std::thread::Builder::new()
+                .name(format!("collector-{name}"))
+                .spawn(run);
+            if let Err(e) = spawned {
+                tracing::warn!(collector = name, "cannot start a collector thread: {e}");
+            }
+        }
+        drop(tx);
+        let mut results: Vec<Option<(Outcome, f64)>> = self.enabled.iter().map(|_| None).collect();
+        let mut left = self.enabled.len();
+        while left > 0 {
+            let got = match deadline {
+                Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
+                None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+            };
+            match got {
+                Ok((i, outcome, elapsed)) => {
+                    results[i] = Some((outcome, elapsed));
+                    left -= 1;
+                }
+                Err(_) => break,
+            }
+        }
         let mut all = MetricSet::new();
-        let shared = Shared::default();
-        for (name, collector) in &self.enabled {
-            let start = Instant::now();
-            let mut own = MetricSet::new();
-            let outcome = catch_unwind(AssertUnwindSafe(|| {
-                collector.update_shared(&shared, &mut own)
-            }));
-            let elapsed = start.elapsed().as_secs_f64();
-            let success = match outcome {
-                Ok(Ok(())) => {
-                    for refused in all.merge(own) {
-                        tracing::warn!(collector = name, "{refused}");
-                    }
-                    true
+        for ((name, _), result) in self.enabled.iter().zip(results) {
+            let (success, timed_out, elapsed) = match result {
+                None => {
+                    tracing::warn!(
+                        collector = name,
+                        "collector still running at the scrape deadline (--scrape.timeout); its series are left out"
+                    );
+                    (false, true, start.elapsed().as_secs_f64())
                 }
-                Ok(Err(e)) if e.is::<Reported>() => {
-                    tracing::debug!(collector = name, "collector failed: {e:#}");
-                    false
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(collector = name, "collector failed: {e:#}");
-                    false
-                }
-                Err(_) => {
-                    tracing::error!(collector = name, "collector panicked");
-                    false
+                Some((outcome, elapsed)) => {
+                    let success = match outcome {
+                        Ok(Ok(own)) => {
+                            for refused in all.merge(own) {
+                                tracing::warn!(collector = name, "{refused}");
+                            }
+                            true
+                        }
+                        Ok(Err(e)) if e.is::<Reported>() => {
+                            tracing::debug!(collector = name, "collector failed: {e:#}");
+                            false
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(collector = name, "collector failed: {e:#}");
+                            false
+                        }
+                        Err(_) => {
+                            tracing::error!(collector = name, "collector panicked");
+                            false
+                        }
+                    };
+                    (success, shared.timed_out(name), elapsed)
                 }
             };
             let label = || vec![("collector", name.to_string())];
-            // These two families are only written here, once per collector: no duplicates.
+            // These families are only written here, once per collector: no duplicates.
             let _ = all.add_declared(&COLLECTOR_DURATION, label(), Value::Float(elapsed));
             let _ = all.add_declared(&COLLECTOR_SUCCESS, label(), Value::Int(u64::from(success)));
+            let _ = all.add_declared(
+                &COLLECTOR_TIMEOUT,
+                label(),
+                Value::Int(u64::from(timed_out)),
+            );
         }
         let _ = all.add_declared(
             &EXPORTER_BUILD,
@@ -454,10 +641,11 @@ mod tests {
     fn failing_and_panicking_collectors_do_not_fail_the_scrape() {
         let collectors = Collectors {
             enabled: vec![
-                ("failing", Box::new(Failing)),
-                ("panicking", Box::new(Panicking)),
-                ("fine", Box::new(Fine)),
+                ("failing", Arc::new(Failing)),
+                ("panicking", Arc::new(Panicking)),
+                ("fine", Arc::new(Fine)),
             ],
+            timeout: None,
         };
         let text = collectors.scrape().encode(Format::Text);
         assert!(text.contains("rdma_scrape_collector_success{collector=\"failing\"} 0\n"));
@@ -469,6 +657,88 @@ mod tests {
             "a failed collector's output is dropped"
         );
         assert!(text.contains("rdma_exporter_build_info{version=\""));
+    }
+
+    /// A collector that blocks until the test releases it (the stall hook).
+    struct Stalling(Mutex<mpsc::Receiver<()>>);
+    impl Collector for Stalling {
+        fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
+            let _ = self.0.lock().unwrap().recv();
+            out.add(
+                "rdma_stalled",
+                Kind::Gauge,
+                String::new,
+                vec![],
+                Value::Int(1),
+            )?;
+            Ok(())
+        }
+    }
+
+    /// A collector that watches the deadline: one series, then it waits for the deadline
+    /// and stops with what it has.
+    struct Watching;
+    impl Collector for Watching {
+        fn update(&self, _out: &mut MetricSet) -> anyhow::Result<()> {
+            unreachable!("the scrape calls update_shared")
+        }
+        fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
+            out.add(
+                "rdma_partial",
+                Kind::Gauge,
+                String::new,
+                vec![],
+                Value::Int(3),
+            )?;
+            while !shared.past_deadline() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            shared.mark_timed_out("watching");
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stalled_collector_is_left_behind_at_the_deadline_and_the_others_are_exported() {
+        let (release, stall) = mpsc::channel();
+        let collectors = Collectors {
+            enabled: vec![
+                ("stalling", Arc::new(Stalling(Mutex::new(stall)))),
+                ("watching", Arc::new(Watching)),
+                ("fine", Arc::new(Fine)),
+            ],
+            timeout: Some(Duration::from_secs(2)),
+        };
+        let text = collectors.scrape().encode(Format::Text);
+        assert!(
+            text.contains("rdma_scrape_collector_timeout{collector=\"stalling\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("rdma_scrape_collector_success{collector=\"stalling\"} 0\n"));
+        assert!(!text.contains("rdma_stalled"), "{text}");
+        // The one that watched the deadline keeps what it had.
+        assert!(text.contains("rdma_scrape_collector_timeout{collector=\"watching\"} 1\n"));
+        assert!(text.contains("rdma_scrape_collector_success{collector=\"watching\"} 1\n"));
+        assert!(text.contains("rdma_partial 3\n"));
+        // The others are all there.
+        assert!(text.contains("rdma_scrape_collector_timeout{collector=\"fine\"} 0\n"));
+        assert!(text.contains("rdma_fine 2\n"));
+        assert!(text.contains("rdma_exporter_build_info{"));
+        drop(release);
+    }
+
+    #[test]
+    fn a_past_deadline_bounds_the_netlink_socket_and_the_sysfs_wait() {
+        // A scrape whose deadline has passed: waiting for netlink_counters returns at once.
+        let shared = Shared::new(Some(Instant::now()), true);
+        shared.wait_netlink_hw_ready();
+        assert!(shared.past_deadline());
+        // Without a deadline, the wait ends when netlink_counters says so.
+        let shared = Arc::new(Shared::new(None, true));
+        let s2 = Arc::clone(&shared);
+        let t = std::thread::spawn(move || s2.wait_netlink_hw_ready());
+        shared.set_netlink_hw_ready();
+        t.join().unwrap();
     }
 
     #[test]

@@ -71,6 +71,23 @@ impl NldevClient {
     /// Send `req` and return the raw bytes of every answer message (data messages only, in
     /// order; the final `NLMSG_DONE` / ACK is consumed, not returned).
     pub fn request_raw(&mut self, req: &Request) -> Result<Vec<Vec<u8>>, NldevError> {
+        let mut out = Vec::new();
+        self.request_each_raw(req, |raw| {
+            out.push(raw.to_vec());
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Send `req` and hand every answer message's raw bytes to `each` as it arrives, one
+    /// receive buffer at a time: a dump of any size is never held whole. An error from
+    /// `each` ends the request (the rest of the answer is left to be skipped by the next
+    /// request's sequence check).
+    pub fn request_each_raw(
+        &mut self,
+        req: &Request,
+        mut each: impl FnMut(&[u8]) -> Result<(), NldevError>,
+    ) -> Result<(), NldevError> {
         self.sequence = self.sequence.wrapping_add(1);
         let seq = self.sequence;
         let command = cmd::name(req.message.command)
@@ -81,19 +98,30 @@ impl NldevClient {
             what: format!("send {command}"),
             source: e,
         })?;
-        let mut out = Vec::new();
+        let mut buf = Vec::with_capacity(RECV_BUF);
         loop {
-            let mut buf = Vec::with_capacity(RECV_BUF);
-            self.socket.recv(&mut buf, 0).map_err(|e| NldevError::Io {
-                what: format!("receive {command}"),
-                source: e,
+            buf.clear();
+            self.socket.recv(&mut buf, 0).map_err(|e| {
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) {
+                    NldevError::Timeout {
+                        command: command.clone(),
+                    }
+                } else {
+                    NldevError::Io {
+                        what: format!("receive {command}"),
+                        source: e,
+                    }
+                }
             })?;
             for (raw, msg) in split_messages(&buf)? {
                 if msg.header.sequence_number != seq {
                     continue;
                 }
                 match msg.payload {
-                    NetlinkPayload::InnerMessage(_) => out.push(raw.to_vec()),
+                    NetlinkPayload::InnerMessage(_) => each(raw)?,
                     NetlinkPayload::Done(done) => {
                         if done.code < 0 {
                             return Err(NldevError::Kernel {
@@ -102,10 +130,10 @@ impl NldevClient {
                                 errno: -done.code,
                             });
                         }
-                        return Ok(out);
+                        return Ok(());
                     }
                     NetlinkPayload::Error(err) => match err.code {
-                        None => return Ok(out),
+                        None => return Ok(()),
                         Some(code) => {
                             return Err(NldevError::Kernel {
                                 command,
@@ -125,6 +153,46 @@ impl NldevClient {
                 }
             }
         }
+    }
+
+    /// Send `req` and hand every parsed answer message to `each` as it arrives (see
+    /// [`NldevClient::request_each_raw`]).
+    pub fn request_each(
+        &mut self,
+        req: &Request,
+        mut each: impl FnMut(&NldevMessage) -> Result<(), NldevError>,
+    ) -> Result<(), NldevError> {
+        self.request_each_raw(req, |raw| {
+            for (_, msg) in split_messages(raw)? {
+                if let NetlinkPayload::InnerMessage(m) = msg.payload {
+                    each(&m)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Bound every later receive to `timeout` (`None`: wait as long as the kernel takes).
+    /// A receive past it fails with [`NldevError::Timeout`]; a scrape deadline uses it so
+    /// that a socket that never answers cannot hold the scrape.
+    pub fn set_receive_timeout(
+        &mut self,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<(), NldevError> {
+        use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout};
+        use nix::sys::time::TimeVal;
+        // A zero timeval means "no timeout" to the kernel: ask for at least a microsecond.
+        let tv = match timeout {
+            Some(d) => TimeVal::new(
+                d.as_secs().min(i64::MAX as u64) as i64,
+                i64::from(d.subsec_micros().max(u32::from(d.as_secs() == 0))),
+            ),
+            None => TimeVal::new(0, 0),
+        };
+        setsockopt(&self.socket, ReceiveTimeout, &tv).map_err(|e| NldevError::Io {
+            what: "setsockopt(SO_RCVTIMEO)".into(),
+            source: std::io::Error::from(e),
+        })
     }
 
     /// Send `req` and return the parsed nldev messages of the answer.

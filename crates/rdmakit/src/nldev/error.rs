@@ -127,6 +127,15 @@ pub enum NldevError {
     /// A reply did not parse.
     #[error(transparent)]
     Parse(#[from] ParseError),
+    /// No answer came within the receive timeout ([`super::NldevClient::set_receive_timeout`]).
+    #[error("nldev {command}: no answer within the receive timeout")]
+    Timeout {
+        /// Command name.
+        command: String,
+    },
+    /// The caller stopped consuming a dump (a cap or a deadline), with its reason.
+    #[error("{0}")]
+    Stopped(String),
 }
 
 impl NldevError {
@@ -142,7 +151,7 @@ impl NldevError {
         match self {
             NldevError::NoRdma(e) | NldevError::Io { source: e, .. } => e.raw_os_error(),
             NldevError::Kernel { errno, .. } => Some(*errno),
-            NldevError::Parse(_) => None,
+            NldevError::Parse(_) | NldevError::Timeout { .. } | NldevError::Stopped(_) => None,
         }
     }
 

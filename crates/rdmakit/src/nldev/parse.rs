@@ -419,3 +419,23 @@ pub fn any(msg: &NldevMessage) -> Result<String, ParseError> {
         },
     })
 }
+
+/// How many resources one `RES_*_GET` dump message of `kind` holds, without parsing them:
+/// the entries of its table are counted, not read (for objects beyond a dump cap).
+pub fn resource_count(kind: ResourceKind, msg: &NldevMessage) -> Result<usize, ParseError> {
+    with_attrs(msg, &[kind.command()], |s| {
+        let (table, _entry) = kind.table_attrs();
+        let Some(body) = s.raw(table) else {
+            return Ok(0);
+        };
+        let mut n = 0;
+        for nla in netlink_packet_core::NlasIterator::new(body) {
+            nla.map_err(|e| {
+                s.ctx()
+                    .err(Some(table), ParseErrorKind::BadNested(e.to_string()))
+            })?;
+            n += 1;
+        }
+        Ok(n)
+    })
+}
