@@ -69,6 +69,16 @@ pub struct Flags {
         value_name = "PATH"
     )]
     pub sysfs: PathBuf,
+    /// Read the `netdev` collector's ethtool answers from this directory (one
+    /// subdirectory per netdev with the raw ioctl buffers, as captured by rdmakit's
+    /// `KernelEthtool::capture`) instead of asking the kernel: for fixtures and for
+    /// replaying a capture from another machine together with its `--path.sysfs` tree.
+    #[arg(
+        long = "path.ethtool-capture",
+        env = "RDMAD_PATH_ETHTOOL_CAPTURE",
+        value_name = "DIR"
+    )]
+    pub ethtool_capture: Option<PathBuf>,
     /// Only read devices whose whole name matches this regular expression.
     #[arg(
         long = "collector.device-include",
@@ -201,6 +211,8 @@ pub struct Settings {
     pub disable_compression: bool,
     /// `--path.sysfs`.
     pub sysfs: PathBuf,
+    /// `--path.ethtool-capture`.
+    pub ethtool_capture: Option<PathBuf>,
     /// `--collector.device-include`.
     pub device_include: Option<String>,
     /// `--collector.device-exclude`.
@@ -321,6 +333,12 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
     } else {
         file.sysfs.clone().unwrap_or(flags.sysfs.clone())
     };
+    let ethtool_capture = if explicit(matches, "ethtool_capture") {
+        flags.ethtool_capture.clone()
+    } else {
+        file.ethtool_capture.clone()
+    }
+    .filter(|p| !p.as_os_str().is_empty());
     let disable_defaults = if explicit(matches, "disable_defaults") {
         flags.disable_defaults
     } else {
@@ -364,6 +382,7 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
         web_config_file,
         disable_compression,
         sysfs,
+        ethtool_capture,
         device_include: pick(
             "device_include",
             &flags.device_include,
@@ -483,9 +502,11 @@ mod tests {
                 "sysfs_info",
                 "sysfs_counters",
                 "netlink_qp_counters",
-                "netlink_resources"
+                "netlink_resources",
+                "netdev"
             ]
         );
+        assert_eq!(s.ethtool_capture, None);
         assert_eq!(s.max_requests, 40);
         assert!(!s.disable_compression, "compression is on by default");
         assert!(!s.once);

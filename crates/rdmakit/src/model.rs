@@ -184,6 +184,8 @@ pub enum Unit {
     Bytes,
     /// Milliseconds (`lifespan`).
     Milliseconds,
+    /// Microseconds (mlx5 pause durations, ethtool).
+    Microseconds,
 }
 
 /// One counter file and its value.
@@ -235,7 +237,7 @@ impl Counter {
         self.bytes = match unit {
             Unit::FourOctetWords => self.value.checked_mul(4),
             Unit::Bytes => Some(self.value),
-            Unit::Count | Unit::Milliseconds => None,
+            Unit::Count | Unit::Milliseconds | Unit::Microseconds => None,
         };
     }
 }
