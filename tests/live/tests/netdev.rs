@@ -122,6 +122,54 @@ fn scrape_between_ethtool_reads() -> BTreeMap<String, BTreeMap<String, u64>> {
     out
 }
 
+/// `rdma_qp_counter_mode{mode}` is what `rdma statistic qp mode` says (`auto off` is mode
+/// `none` on rxe), and rxe, which has no optional counters, has no
+/// `rdma_optional_counter_enabled` series (absent, not 0).
+#[test]
+fn counter_modes_match_rdma_statistic() {
+    let out = Command::new(rdmad_bin())
+        .args([
+            "--once",
+            "--collector.disable-defaults",
+            "--collector.netlink_counters",
+            "--collector.netlink_qp_counters",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("FAIL: cannot run rdmad: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let series = parse_exposition(&text).expect("rdmad's exposition parses");
+    let mode = Command::new("rdma")
+        .args(["statistic", "qp", "mode"])
+        .output()
+        .expect("FAIL: rdma (iproute2) runs");
+    let mode = String::from_utf8_lossy(&mode.stdout).into_owned();
+    for (device, _) in PAIRS {
+        let line = mode
+            .lines()
+            .find(|l| l.starts_with(&format!("link {device}/1 ")))
+            .unwrap_or_else(|| panic!("FAIL: rdma statistic qp mode lists no {device}/1:\n{mode}"));
+        let want = if line.contains("auto off") {
+            "none"
+        } else if line.contains("auto on") {
+            "auto"
+        } else {
+            "manual"
+        };
+        let key = format!("rdma_qp_counter_mode{{device=\"{device}\",port=\"1\",mode=\"{want}\"}}");
+        assert_eq!(
+            series.get(&key),
+            Some(&1.0),
+            "FAIL: {key} (rdma says {line:?}):\n{text}"
+        );
+        assert!(
+            !text.contains(&format!(
+                "rdma_optional_counter_enabled{{device=\"{device}\""
+            )),
+            "FAIL: rxe has no optional counters, yet:\n{text}"
+        );
+    }
+}
+
 #[test]
 fn netdev_statistics_equal_ethtool() {
     scrape_between_ethtool_reads();
