@@ -509,8 +509,11 @@ fn netlink_and_sysfs_agree_and_no_qp_counters_without_counter_mode() {
         .output()
         .expect("FAIL: rdmad --once");
     let text = String::from_utf8_lossy(&all.stdout);
+    // (rdma_qp_counter_mode{mode="none"} says so; it is the mode, not a QP counter.)
     assert!(
-        !text.contains("\nrdma_qp_"),
+        !text
+            .lines()
+            .any(|l| l.starts_with("rdma_qp_") && !l.starts_with("rdma_qp_counter_mode{")),
         "FAIL: QP counters without counter mode"
     );
     assert!(text.contains("rdma_scrape_collector_success{collector=\"netlink_qp_counters\"} 1\n"));
