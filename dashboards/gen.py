@@ -361,6 +361,7 @@ def rule_description(r):
 
 def family_description(fam, entries):
     where = ("every device" if fam == "ib_pma" else
+             "the netdev of every RDMA port (ethtool -S, any driver)" if fam == "netdev" else
              f"devices of driver {FAMILY_DRIVERS.get(fam, fam)} or named {fam}*")
     parts = [FAMILIES[fam]["description"] + ": every counter the catalog rates warning or error, "
              f"as events per second, on {where}.", ""]
@@ -401,13 +402,18 @@ def errors():
             continue
         # Only the family's devices: mlx5 and rxe share counter names (duplicate_request).
         expr = labelled_rates([c["metric"] for c in entries])
-        if fam != "ib_pma":
+        legend = "{{instance}} {{device}}/{{port}} {{counter}}"
+        if fam == "netdev":
+            # The port's netdev, any driver: the series carry netdev and their own labels.
+            legend = ("{{instance}} {{device}}/{{port}} {{netdev}} {{counter}} {{direction}} "
+                      "{{priority}}{{reason}}")
+        elif fam != "ib_pma":
             drv = FAMILY_DRIVERS.get(fam, fam)
             expr = (f"(\n  {expr}\n)\nand on (instance, device) (\n  rdma_device_info"
                     f'{{{DEV_SEL}, driver=~"{drv}"}}\n  or rdma_device_info{{{DEV_SEL}, '
                     f'device=~"{fam}.*"}}\n)')
         b.add(timeseries(f"{fam}: error counters", family_description(fam, entries), expr,
-                         "{{instance}} {{device}}/{{port}} {{counter}}", unit="cps"), w=24 if fam
+                         legend, unit="cps"), w=24 if fam
               in ("mlx5", "bnxt_re", "hfi1") else 12)
     b.row("Exporter")
     b.add(timeseries("sysfs read errors", "Counter files rdmad could not read, parse or export "

@@ -119,6 +119,16 @@ pub struct Flags {
         value_name = "N"
     )]
     pub owners_max_objects: u64,
+    /// Read the `netdev` collector's ethtool answers from this directory (one
+    /// subdirectory per netdev with the raw ioctl buffers, as captured by rdmakit's
+    /// `KernelEthtool::capture`) instead of asking the kernel: for fixtures and for
+    /// replaying a capture from another machine together with its `--path.sysfs` tree.
+    #[arg(
+        long = "path.ethtool-capture",
+        env = "RDMAD_PATH_ETHTOOL_CAPTURE",
+        value_name = "DIR"
+    )]
+    pub ethtool_capture: Option<PathBuf>,
     /// Only read devices whose whole name matches this regular expression.
     #[arg(
         long = "collector.device-include",
@@ -308,6 +318,8 @@ pub struct Settings {
     pub scrape_timeout: Option<std::time::Duration>,
     /// `--collector.netlink_owners.*`.
     pub owners: crate::collector::netlink_owners::OwnerSettings,
+    /// `--path.ethtool-capture`.
+    pub ethtool_capture: Option<PathBuf>,
     /// `--collector.device-include`.
     pub device_include: Option<String>,
     /// `--collector.device-exclude`.
@@ -436,6 +448,12 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
     } else {
         file.sysfs.clone().unwrap_or(flags.sysfs.clone())
     };
+    let ethtool_capture = if explicit(matches, "ethtool_capture") {
+        flags.ethtool_capture.clone()
+    } else {
+        file.ethtool_capture.clone()
+    }
+    .filter(|p| !p.as_os_str().is_empty());
     let disable_defaults = if explicit(matches, "disable_defaults") {
         flags.disable_defaults
     } else {
@@ -487,6 +505,7 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
             max_owners: flags.owners_max_owners,
             max_objects: flags.owners_max_objects,
         },
+        ethtool_capture,
         device_include: pick(
             "device_include",
             &flags.device_include,
@@ -637,7 +656,8 @@ mod tests {
                 "netlink_qp_counters",
                 "netlink_resources",
                 "netlink_owners",
-                "rdma_cgroup"
+                "rdma_cgroup",
+                "netdev"
             ]
         );
         assert_eq!(s.procfs, PathBuf::from("/proc"));
@@ -658,6 +678,7 @@ mod tests {
             settings(&["--scrape.timeout=750ms"]).scrape_timeout,
             Some(std::time::Duration::from_millis(750))
         );
+        assert_eq!(s.ethtool_capture, None);
         assert_eq!(s.max_requests, 40);
         assert!(!s.disable_compression, "compression is on by default");
         assert!(!s.once);

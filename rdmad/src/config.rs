@@ -36,6 +36,8 @@ pub struct FileConfig {
     pub disable_compression: Option<bool>,
     /// `path.sysfs`.
     pub sysfs: Option<PathBuf>,
+    /// `path.ethtool-capture`.
+    pub ethtool_capture: Option<PathBuf>,
     /// `collector.device-include`.
     pub device_include: Option<String>,
     /// `collector.device-exclude`.
@@ -110,6 +112,7 @@ pub fn known_keys() -> Vec<String> {
         "web.config.file",
         "web.disable-compression",
         "path.sysfs",
+        "path.ethtool-capture",
         "collector.device-include",
         "collector.device-exclude",
         "collector.disable-defaults",
@@ -173,6 +176,9 @@ pub fn parse(text: &str) -> Result<FileConfig> {
                     }
                 }
                 ("path", "sysfs") => config.sysfs = Some(PathBuf::from(string(&full, value)?)),
+                ("path", "ethtool-capture") => {
+                    config.ethtool_capture = Some(PathBuf::from(string(&full, value)?))
+                }
                 ("collector", "device-include") => {
                     config.device_include = Some(string(&full, value)?.to_owned())
                 }

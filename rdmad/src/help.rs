@@ -29,9 +29,23 @@ pub fn family_counter_help(family: Option<&str>, counter: &Counter) -> String {
     let conversion = match counter.unit {
         Unit::FourOctetWords => "; exported in bytes (4 x the 4-octet words in the file)",
         Unit::Milliseconds => "; exported in seconds (the file is in ms)",
+        Unit::Microseconds => "; exported in seconds (the driver counts us)",
         Unit::Bytes | Unit::Count => "",
     };
     format!("{summary} (sysfs {location}/{}{conversion})", counter.name)
+}
+
+/// The HELP text of a curated netdev family (catalog family `netdev`).
+pub fn netdev_help(info: &rdmakit::catalog::CounterInfo) -> String {
+    let conversion = match rdmakit::model::Unit::from(info.unit) {
+        Unit::Microseconds => "; exported in seconds (the driver counts us)",
+        Unit::Milliseconds => "; exported in seconds (the driver counts ms)",
+        _ => "",
+    };
+    format!(
+        "{} (driver statistics of the port's netdev, ethtool -S{conversion})",
+        info.summary.trim_end_matches('.')
+    )
 }
 
 fn summary(family: Option<&str>, counter: &Counter) -> String {

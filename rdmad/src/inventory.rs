@@ -94,7 +94,8 @@ fn source_of(location: Location) -> Option<CounterSource> {
         Location::PortCounters => Some(CounterSource::Pma),
         Location::PortHwCounters => Some(CounterSource::Hw),
         Location::DeviceHwCounters => Some(CounterSource::DeviceHw),
-        Location::PortCm => None,
+        // Not sysfs files: the netdev collector's curated families, named below.
+        Location::PortCm | Location::Netdev => None,
     }
 }
 
@@ -145,13 +146,19 @@ pub fn inventory(catalog: &Catalog) -> Inventory {
             if !spec.catalog_counters.contains(&info.location) {
                 continue;
             }
-            let Some(counter) = catalog_counter(info) else {
-                continue;
+            let (family, kind, help) = if info.location == Location::Netdev {
+                let (family, kind) = names::netdev_metric_name(info);
+                (family, kind, help::netdev_help(info))
+            } else {
+                let Some(counter) = catalog_counter(info) else {
+                    continue;
+                };
+                let Some((family, kind)) = names::counter_metric_name(&counter) else {
+                    continue;
+                };
+                let help = help::family_counter_help(Some(&info.driver), &counter);
+                (family, kind, help)
             };
-            let Some((family, kind)) = names::counter_metric_name(&counter) else {
-                continue;
-            };
-            let help = help::family_counter_help(Some(&info.driver), &counter);
             add(&family, kind, help.clone(), spec.name);
             let metric = kind.exposed_name(&family);
             if !counters

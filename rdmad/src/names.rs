@@ -72,7 +72,7 @@ pub fn counter_metric_name(counter: &Counter) -> Option<(String, Kind)> {
     };
     let suffix = match counter.unit {
         Unit::FourOctetWords => "_bytes",
-        Unit::Milliseconds => "_seconds",
+        Unit::Milliseconds | Unit::Microseconds => "_seconds",
         Unit::Bytes | Unit::Count => "",
     };
     let suffix = if base.ends_with(suffix) { "" } else { suffix };
@@ -87,8 +87,39 @@ pub fn counter_metric_value(counter: &Counter) -> Value {
             .bytes
             .map_or(Value::Float(counter.value as f64 * 4.0), Value::Int),
         Unit::Milliseconds => Value::Float(counter.value as f64 / 1000.0),
+        Unit::Microseconds => Value::Float(counter.value as f64 / 1_000_000.0),
         Unit::Bytes | Unit::Count => Value::Int(counter.value),
     }
+}
+
+/// The family name and kind of a curated netdev family (catalog family `netdev`, see
+/// `rdmakit::ethtool::curated`): `rdma_netdev_<name>` with the catalog's kind, `_seconds` for
+/// durations (the encoder adds `_total` to counters).
+pub fn netdev_metric_name(info: &rdmakit::catalog::CounterInfo) -> (String, Kind) {
+    let counter = netdev_counter(info, 0);
+    let kind = match counter.kind {
+        CounterKind::Counter => Kind::Counter,
+        CounterKind::Gauge => Kind::Gauge,
+    };
+    let suffix = match counter.unit {
+        Unit::Milliseconds | Unit::Microseconds => "_seconds",
+        Unit::FourOctetWords => "_bytes",
+        Unit::Bytes | Unit::Count => "",
+    };
+    (
+        format!("rdma_netdev_{}{suffix}", sanitize(&info.name)),
+        kind,
+    )
+}
+
+/// The exported value of a curated netdev statistic `raw` (seconds for durations).
+pub fn netdev_metric_value(info: &rdmakit::catalog::CounterInfo, raw: u64) -> Value {
+    counter_metric_value(&netdev_counter(info, raw))
+}
+
+fn netdev_counter(info: &rdmakit::catalog::CounterInfo, raw: u64) -> Counter {
+    Counter::new(info.name.clone(), CounterSource::Hw, raw)
+        .with_kind_and_unit(info.kind.into(), info.unit.into())
 }
 
 /// The metric for a counter of a bound QP counter (RDMA netlink `STAT_GET`, `STAT_RES` = QP):

@@ -78,6 +78,7 @@ impl Exporter {
         let (probe_engine, probes) = crate::collector::probes::start(&settings.probe)?;
         let config = CollectorConfig {
             sysfs: settings.sysfs.clone(),
+            ethtool_capture: settings.ethtool_capture.clone(),
             filter: filter.clone(),
             enabled: settings.collectors.clone(),
             probes,
@@ -511,6 +512,7 @@ mod tests {
             procfs: "/proc".into(),
             scrape_timeout: None,
             owners: Default::default(),
+            ethtool_capture: None,
             device_include: None,
             device_exclude: None,
             collectors: vec!["sysfs_info"],

@@ -120,7 +120,15 @@ fn golden_expositions() {
     std::fs::create_dir_all(golden_dir()).unwrap();
     let mut failures = Vec::new();
     for (name, root) in &trees {
-        let got = normalize(&once(root, SYSFS_ONLY));
+        // Trees with captured ethtool answers (tests/fixtures/sysfs/build_roce_fixtures.py)
+        // also cover the netdev collector, reading the captures instead of this machine.
+        let capture = root.join("ethtool");
+        let mut args: Vec<&str> = SYSFS_ONLY.to_vec();
+        let capture_arg = capture.to_string_lossy().into_owned();
+        if capture.is_dir() {
+            args.extend(["--collector.netdev", "--path.ethtool-capture", &capture_arg]);
+        }
+        let got = normalize(&once(root, &args));
         // promtool does not catch duplicate series; check here.
         let mut seen = std::collections::HashSet::new();
         for line in got.lines().filter(|l| !l.starts_with('#')) {

@@ -12,7 +12,7 @@ use crate::{host, LabError, Progress};
 pub const KERNEL_META: &str = "linux-image-amd64";
 
 /// User space of the image: busybox for the shell and tools, rdma-core, perftest, iproute2
-/// (`rdma`, `ip`), tmux, and the shared libraries they need (checked with readelf at build time).
+/// (`rdma`, `ip`), ethtool, tmux, and the shared libraries they need (checked with readelf at build time).
 pub const USERSPACE: &[&str] = &[
     "busybox",
     "libc6",
@@ -45,6 +45,9 @@ pub const USERSPACE: &[&str] = &[
     "libtinfo6",
     "libutempter0",
     "ncurses-base",
+    // ethtool: the live suite compares rdmad's netdev collector with `ethtool -S`
+    // (tests/live/tests/netdev.rs); it needs only libc6 and libmnl0.
+    "ethtool",
     // tc (iproute2) for the multi-host lab's netem faults needs libxtables.
     "libxtables12",
     // dnsmasq answers the multi-host lab's names, group name and SRV records on the fabric.

@@ -48,6 +48,13 @@ pub struct Device {
     pub driver: Option<String>,
     /// PCI address of the parent device (basename of `device`), e.g. `0000:3b:00.0`.
     pub pci_addr: Option<String>,
+    /// NUMA node of the PCI device (`device/numa_node`; absent when unknown or -1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    /// For an SR-IOV virtual function: the PCI address of its physical function (the
+    /// basename of `device/physfn`); `None` for a PF or a virtual device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pf_pci_addr: Option<String>,
     /// Ports, sorted by number.
     pub ports: Vec<Port>,
     /// Device-level driver counters (`<dev>/hw_counters/`, e.g. hfi1, efa), sorted by name.
@@ -184,6 +191,8 @@ pub enum Unit {
     Bytes,
     /// Milliseconds (`lifespan`).
     Milliseconds,
+    /// Microseconds (mlx5 pause durations, ethtool).
+    Microseconds,
 }
 
 /// One counter file and its value.
@@ -235,7 +244,7 @@ impl Counter {
         self.bytes = match unit {
             Unit::FourOctetWords => self.value.checked_mul(4),
             Unit::Bytes => Some(self.value),
-            Unit::Count | Unit::Milliseconds => None,
+            Unit::Count | Unit::Milliseconds | Unit::Microseconds => None,
         };
     }
 }

@@ -19,6 +19,7 @@
 //! add `pub mod <name>;` and its `SPEC` to [`TABLE`]; flags, env, config key and the `/` page
 //! follow.
 
+pub mod netdev;
 pub mod netlink_counters;
 pub mod netlink_owners;
 pub mod netlink_qp_counters;
@@ -296,6 +297,8 @@ impl Shared {
 pub struct CollectorConfig {
     /// The sysfs root (`--path.sysfs`).
     pub sysfs: PathBuf,
+    /// Captured ethtool answers to read instead of the kernel's (`--path.ethtool-capture`).
+    pub ethtool_capture: Option<PathBuf>,
     /// Devices to read (`--collector.device-include` / `--collector.device-exclude`).
     pub filter: DeviceFilter,
     /// The enabled collectors (so that the sysfs collectors can share one read).
@@ -315,6 +318,7 @@ impl CollectorConfig {
     pub fn new(sysfs: impl Into<PathBuf>, filter: DeviceFilter) -> CollectorConfig {
         CollectorConfig {
             sysfs: sysfs.into(),
+            ethtool_capture: None,
             filter,
             enabled: TABLE.iter().map(|s| s.name).collect(),
             probes: probes::ProbeSource::default(),
@@ -363,7 +367,7 @@ pub fn sysfs_open_files() -> Arc<OpenFiles> {
 /// The sysfs reader of `sysfs_info` and `sysfs_counters` (device filter applied).
 #[derive(Debug, Clone)]
 pub struct SysfsSource {
-    reader: SysfsReader,
+    pub(crate) reader: SysfsReader,
 }
 
 /// The one sysfs source of `sysfs_info` and `sysfs_counters`: what either of the enabled
@@ -436,6 +440,7 @@ pub const TABLE: &[CollectorSpec] = &[
     netlink_resources::SPEC,
     netlink_owners::SPEC,
     rdma_cgroup::SPEC,
+    netdev::SPEC,
     trace::SPEC,
     probes::SPEC,
 ];

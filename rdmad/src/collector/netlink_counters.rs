@@ -15,6 +15,11 @@
 //! exported here are passed on through [`Shared`], and only when this collector succeeds.
 //! No RDMA netlink in the kernel means nothing to do, not a failure.
 //!
+//! `rdma_optional_counter_enabled{device,port,counter}` (`STAT_GET_STATUS`, what `rdma
+//! statistic show link DEV/PORT optional-counters` lists): 1 for each optional counter that is
+//! on, 0 for each that is off; absent when the driver has none, so a counter that is
+//! "disabled", "unsupported" and "zero" read differently.
+//!
 //! When `--path.sysfs` is a copy of another machine's tree, disable this collector: netlink
 //! always reads the running kernel.
 
@@ -27,7 +32,7 @@ use rdmakit::sysfs::{DeviceFilter, SysfsReader};
 use std::path::PathBuf;
 
 use super::{Collector, CollectorConfig, CollectorSpec, Shared};
-use crate::metrics::MetricSet;
+use crate::metrics::{Declared, MetricSet, Value};
 use crate::{help, names};
 
 /// The table row.
@@ -35,11 +40,16 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     name: "netlink_counters",
     help: "port hw counters from RDMA netlink STAT_GET (as `rdma statistic show`) instead of sysfs hw_counters/ files; sysfs per device when netlink fails",
     default_enabled: true,
-    metrics: &[],
+    metrics: &[OPTIONAL_ENABLED],
     catalog_counters: &[Location::PortHwCounters],
     patterns: &["rdma_port_hw_<counter>_total"],
     build,
 };
+
+const OPTIONAL_ENABLED: Declared = Declared::gauge(
+    "rdma_optional_counter_enabled",
+    "Whether an optional (dynamic) hw counter of the port is enabled (1) or not (0); absent: the driver has no such counter",
+);
 
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
     Box::new(NetlinkCounters {
@@ -79,6 +89,16 @@ impl Collector for NetlinkCounters {
                     },
                 };
                 let mut answers = Vec::with_capacity(ports.len());
+                for &port in &ports {
+                    // Which optional counters exist and which are on; a driver without any
+                    // answers with an error or an empty list (nothing exported).
+                    match client.counter_status(dev.index, &dev.name, port) {
+                        Ok(status) => export_optional(out, &status)?,
+                        Err(e) => {
+                            tracing::debug!(device = dev.name, port, "optional counters: {e}")
+                        }
+                    }
+                }
                 for port in ports {
                     match client.port_counters(dev.index, &dev.name, port) {
                         Ok(counters) => answers.push(counters),
@@ -111,6 +131,23 @@ impl Collector for NetlinkCounters {
         }
         Ok(())
     }
+}
+
+/// Export one port's `STAT_GET_STATUS` answer: enabled (1) or not (0) per optional counter.
+pub(crate) fn export_optional(out: &mut MetricSet, status: &PortHwCounters) -> anyhow::Result<()> {
+    for hw in &status.counters {
+        let Some(enabled) = hw.enabled else { continue };
+        let labels = vec![
+            ("device", status.dev_name.clone()),
+            ("port", status.port.to_string()),
+            ("counter", hw.name.clone()),
+        ];
+        if let Err(e) = out.add_declared(&OPTIONAL_ENABLED, labels, Value::Int(u64::from(enabled)))
+        {
+            tracing::debug!(device = status.dev_name, counter = hw.name, "{e}");
+        }
+    }
+    Ok(())
 }
 
 /// Export one port's `STAT_GET` answer under the sysfs names. Counters reported as disabled
@@ -203,6 +240,30 @@ mod tests {
             text.contains("# HELP rdma_port_hw_sent_pkts_total RoCE packets"),
             "HELP from the catalog, as for sysfs: {text}"
         );
+    }
+
+    #[test]
+    fn optional_counters_say_enabled_or_disabled() {
+        let status = PortHwCounters {
+            dev_index: 1,
+            dev_name: "mlx5_0".into(),
+            port: 1,
+            counters: vec![
+                hw("cc_rx_ce_pkts", None, Some(true)),
+                hw("cc_rx_cnp_pkts", None, Some(false)),
+                hw("mandatory", None, None),
+            ],
+        };
+        let mut out = MetricSet::new();
+        export_optional(&mut out, &status).unwrap();
+        let text = out.encode(Format::Text);
+        assert!(text.contains(
+            "rdma_optional_counter_enabled{device=\"mlx5_0\",port=\"1\",counter=\"cc_rx_ce_pkts\"} 1\n"
+        ));
+        assert!(text.contains(
+            "rdma_optional_counter_enabled{device=\"mlx5_0\",port=\"1\",counter=\"cc_rx_cnp_pkts\"} 0\n"
+        ));
+        assert!(!text.contains("mandatory"), "{text}");
     }
 
     #[test]

@@ -6,6 +6,9 @@
 //!   counter; `qp_type` is there when the counter was allocated by QP type (auto mode
 //!   `qp_type`). Names follow [`crate::names::qp_counter_metric`].
 //! - `rdma_qp_counter_bound_qps{device,port,counter_id}`: how many QPs the counter counts.
+//! - `rdma_qp_counter_mode{device,port,mode}` (value 1): the port's QP counter mode
+//!   (`none`, `auto`, `manual`); absent when the port cannot say (no QP counter support), so
+//!   "off" and "unsupported" differ.
 //!
 //! Per port, one mode query first: a port in mode `none` is skipped without dumping
 //! anything, so a host where nobody enabled QP counters gets no series and pays one small
@@ -30,12 +33,27 @@ const QP_COUNTER_BOUND_QPS: Declared = Declared::gauge(
     "QPs bound to the QP counter now",
 );
 
+const QP_COUNTER_MODE: Declared = Declared::gauge(
+    "rdma_qp_counter_mode",
+    "The port's QP counter mode (none, auto, manual) as rdma statistic qp mode says (value 1)",
+);
+
+/// The name of a QP counter mode (`enum rdma_nl_counter_mode`).
+fn mode_name(mode: u32) -> String {
+    match mode {
+        counter_mode::NONE => "none".to_string(),
+        counter_mode::AUTO => "auto".to_string(),
+        counter_mode::MANUAL => "manual".to_string(),
+        other => other.to_string(),
+    }
+}
+
 /// The table row.
 pub const SPEC: CollectorSpec = CollectorSpec {
     name: "netlink_qp_counters",
     help: "bound QP counters (rdma statistic qp show) as rdma_qp_<name>_total, only on ports where an administrator enabled QP counter mode",
     default_enabled: true,
-    metrics: &[QP_COUNTER_BOUND_QPS],
+    metrics: &[QP_COUNTER_BOUND_QPS, QP_COUNTER_MODE],
     catalog_counters: &[],
     patterns: &["rdma_qp_<counter>_total"],
     build,
@@ -75,6 +93,15 @@ impl Collector for NetlinkQpCounters {
                             continue;
                         }
                     };
+                    out.add_declared(
+                        &QP_COUNTER_MODE,
+                        vec![
+                            ("device", dev.name.clone()),
+                            ("port", port.to_string()),
+                            ("mode", mode_name(mode.mode)),
+                        ],
+                        Value::Int(1),
+                    )?;
                     if mode.mode == counter_mode::NONE {
                         continue;
                     }

@@ -4,8 +4,14 @@
 //! `{device,port}`; join them in PromQL when a label is needed, e.g.
 //! `rate(rdma_port_hw_sent_pkts_total[5m]) * on(device,port) group_left(netdev,link_layer) rdma_port_info`.
 //!
-//! - `rdma_device_info{device,driver,fw_ver,hca_type,board_id,node_guid,pci_addr}`
-//! - `rdma_port_info{device,port,link_layer,netdev,state,phys_state}`
+//! - `rdma_device_info{device,driver,fw_ver,hca_type,board_id,node_guid,pci_addr,is_vf,
+//!   pf_pci_addr,numa_node}`: `is_vf` is `true` for an SR-IOV virtual function (its PCI
+//!   function has `physfn`, whose PCI address is `pf_pci_addr`), `false` for any other PCI
+//!   device, empty for a virtual device (rxe); `numa_node` of the PCI function (empty: unknown)
+//! - `rdma_port_info{device,port,link_layer,netdev,state,phys_state,link_width,link_speed}`:
+//!   width (`4X`) and lane speed (`EDR`, `HDR`, empty for SDR and unknown) of the active
+//!   rate
+//! - `rdma_device_numa_node`, `rdma_port_link_width_lanes` (4 for `4X`): the same as numbers
 //! - `rdma_port_state_id`, `rdma_port_physical_state_id` (the kernel's numbers: 4 = ACTIVE,
 //!   5 = LinkUp), `rdma_port_rate_bytes_per_second` (the active rate / 8), `rdma_port_lid`
 //! - `rdma_sysfs_read_errors{collector="sysfs_info",device}`: files of the device that could
@@ -39,6 +45,14 @@ const PORT_RATE_BYTES_PER_SECOND: Declared = Declared::gauge(
     "rdma_port_rate_bytes_per_second",
     "Active link rate of the port (sysfs rate / 8)",
 );
+const DEVICE_NUMA_NODE: Declared = Declared::gauge(
+    "rdma_device_numa_node",
+    "NUMA node of the device's PCI function (sysfs device/numa_node; absent when unknown)",
+);
+const PORT_LINK_WIDTH_LANES: Declared = Declared::gauge(
+    "rdma_port_link_width_lanes",
+    "Lanes of the port's active link (4 for 4X, from sysfs rate)",
+);
 const PORT_LID: Declared = Declared::gauge(
     "rdma_port_lid",
     "Local identifier of the port (0 on Ethernet link layers)",
@@ -56,6 +70,8 @@ pub const SPEC: CollectorSpec = CollectorSpec {
         PORT_PHYSICAL_STATE_ID,
         PORT_RATE_BYTES_PER_SECOND,
         PORT_LID,
+        DEVICE_NUMA_NODE,
+        PORT_LINK_WIDTH_LANES,
         super::sysfs_counters::READ_ERRORS,
     ],
     catalog_counters: &[],
@@ -95,9 +111,28 @@ impl Collector for SysfsInfo {
                     ("board_id", text(&device.board_id)),
                     ("node_guid", text(&device.node_guid)),
                     ("pci_addr", text(&device.pci_addr)),
+                    (
+                        "is_vf",
+                        match (&device.pci_addr, &device.pf_pci_addr) {
+                            (None, _) => String::new(),
+                            (Some(_), pf) => pf.is_some().to_string(),
+                        },
+                    ),
+                    ("pf_pci_addr", text(&device.pf_pci_addr)),
+                    (
+                        "numa_node",
+                        device.numa_node.map(|n| n.to_string()).unwrap_or_default(),
+                    ),
                 ],
                 Value::Int(1),
             )?;
+            if let Some(node) = device.numa_node {
+                out.add_declared(
+                    &DEVICE_NUMA_NODE,
+                    vec![("device", device.name.clone())],
+                    Value::Int(u64::from(node)),
+                )?;
+            }
             for port in &device.ports {
                 let labels = || {
                     vec![
@@ -108,12 +143,23 @@ impl Collector for SysfsInfo {
                 let name = |e: &Option<rdmakit::model::Enumerated>| {
                     e.as_ref().map(|e| e.name.clone()).unwrap_or_default()
                 };
+                let rate = port.rate.as_ref();
                 let mut info = labels();
                 info.extend([
                     ("link_layer", text(&port.link_layer)),
                     ("netdev", text(&port.netdev)),
                     ("state", name(&port.state)),
                     ("phys_state", name(&port.phys_state)),
+                    (
+                        "link_width",
+                        rate.and_then(|r| r.width)
+                            .map(|w| format!("{w}X"))
+                            .unwrap_or_default(),
+                    ),
+                    (
+                        "link_speed",
+                        rate.and_then(|r| r.speed.clone()).unwrap_or_default(),
+                    ),
                 ]);
                 out.add_declared(&PORT_INFO, info, Value::Int(1))?;
                 if let Some(state) = &port.state {
@@ -128,6 +174,13 @@ impl Collector for SysfsInfo {
                 }
                 if let Some(bps) = port.rate.as_ref().and_then(|r| r.bits_per_second) {
                     out.add_declared(&PORT_RATE_BYTES_PER_SECOND, labels(), Value::Int(bps / 8))?;
+                }
+                if let Some(width) = rate.and_then(|r| r.width) {
+                    out.add_declared(
+                        &PORT_LINK_WIDTH_LANES,
+                        labels(),
+                        Value::Int(u64::from(width)),
+                    )?;
                 }
                 if let Some(lid) = port.lid {
                     out.add_declared(&PORT_LID, labels(), Value::Int(u64::from(lid)))?;
@@ -165,7 +218,7 @@ mod tests {
         build(&config).update(&mut out).expect("collects");
         let text = out.encode(Format::Text);
         assert!(
-            text.contains("rdma_port_info{device=\"rxe0\",port=\"1\",link_layer=\"Ethernet\",netdev=\"eth0\",state=\"ACTIVE\",phys_state=\"LinkUp\"} 1\n"),
+            text.contains("rdma_port_info{device=\"rxe0\",port=\"1\",link_layer=\"Ethernet\",netdev=\"eth0\",state=\"ACTIVE\",phys_state=\"LinkUp\",link_width=\"1X\",link_speed=\"\"} 1\n"),
             "{text}"
         );
         assert!(text

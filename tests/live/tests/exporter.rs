@@ -108,8 +108,18 @@ fn port_info_for_every_lab_device() {
         "FAIL: wrong content type: {headers}"
     );
     for (device, netdev) in [("rxe0", "eth0"), ("rxe_a", "veth0"), ("rxe_b", "veth1")] {
+        // Width and lane speed as sysfs prints them: `10 Gb/sec (1X QDR)`, `2.5 Gb/sec (1X)`.
+        let rate = std::fs::read_to_string(format!("{CLASS}/{device}/ports/1/rate"))
+            .unwrap_or_else(|e| panic!("FAIL: {device} rate: {e}"));
+        let inside = rate
+            .split_once('(')
+            .and_then(|(_, r)| r.split_once(')'))
+            .map(|(r, _)| r.to_string())
+            .unwrap_or_default();
+        let mut words = inside.split_whitespace();
+        let (width, speed) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
         let info = format!(
-            "rdma_port_info{{device=\"{device}\",port=\"1\",link_layer=\"Ethernet\",netdev=\"{netdev}\",state=\"ACTIVE\",phys_state=\"LinkUp\"}}"
+            "rdma_port_info{{device=\"{device}\",port=\"1\",link_layer=\"Ethernet\",netdev=\"{netdev}\",state=\"ACTIVE\",phys_state=\"LinkUp\",link_width=\"{width}\",link_speed=\"{speed}\"}}"
         );
         assert_eq!(
             series.get(&info),
@@ -499,8 +509,11 @@ fn netlink_and_sysfs_agree_and_no_qp_counters_without_counter_mode() {
         .output()
         .expect("FAIL: rdmad --once");
     let text = String::from_utf8_lossy(&all.stdout);
+    // (rdma_qp_counter_mode{mode="none"} says so; it is the mode, not a QP counter.)
     assert!(
-        !text.contains("\nrdma_qp_"),
+        !text
+            .lines()
+            .any(|l| l.starts_with("rdma_qp_") && !l.starts_with("rdma_qp_counter_mode{")),
         "FAIL: QP counters without counter mode"
     );
     assert!(text.contains("rdma_scrape_collector_success{collector=\"netlink_qp_counters\"} 1\n"));

@@ -44,6 +44,10 @@ pub const EMBEDDED_FILES: &[(&str, &str)] = &[
     ("efa.toml", include_str!("../../../../catalog/efa.toml")),
     ("hfi1.toml", include_str!("../../../../catalog/hfi1.toml")),
     ("cxgb4.toml", include_str!("../../../../catalog/cxgb4.toml")),
+    (
+        "netdev.toml",
+        include_str!("../../../../catalog/netdev.toml"),
+    ),
 ];
 
 /// Files in the catalog directory that are not counter families (other data that lives

@@ -67,6 +67,8 @@ spelled_enum! {
         Ticks => "ticks",
         /// Milliseconds.
         Ms => "ms",
+        /// Microseconds (mlx5 pause durations).
+        Us => "us",
         /// A number of live objects (QPs, MRs, ...).
         Objects => "objects",
     }
@@ -90,6 +92,7 @@ impl From<Unit> for crate::model::Unit {
             Unit::Words4 => crate::model::Unit::FourOctetWords,
             Unit::Bytes => crate::model::Unit::Bytes,
             Unit::Ms => crate::model::Unit::Milliseconds,
+            Unit::Us => crate::model::Unit::Microseconds,
             Unit::Packets
             | Unit::Events
             | Unit::Operations
@@ -143,6 +146,9 @@ spelled_enum! {
         /// `ports/<n>/<group>/<message>`: ib_cm message counters, one directory per group
         /// (older kernels: `/sys/class/infiniband_cm/<dev>/<n>/<group>/`).
         PortCm => "port_cm",
+        /// The driver statistics of the port's network device (`ethtool -S <netdev>`),
+        /// curated into driver-independent families (catalog family `netdev`).
+        Netdev => "netdev",
     }
 }
 
@@ -154,6 +160,7 @@ impl Location {
             Location::PortHwCounters => "/sys/class/infiniband/<dev>/ports/<n>/hw_counters/",
             Location::DeviceHwCounters => "/sys/class/infiniband/<dev>/hw_counters/",
             Location::PortCm => "/sys/class/infiniband/<dev>/ports/<n>/",
+            Location::Netdev => "ethtool -S <netdev> (the port's network device)",
         }
     }
 }

@@ -301,6 +301,21 @@ impl<'r> Walk<'r> {
             None
         };
         let pci_addr = parent.filter(|p| parse::is_pci_addr(p));
+        // The PCI function's NUMA node and, for a VF, its PF (both absent is normal).
+        let (numa_node, pf_pci_addr) = if pci_addr.is_some() {
+            self.path.push("device");
+            let numa = self
+                .text_tolerating(ctx, None, "numa_node", |e| {
+                    e.kind() == io::ErrorKind::NotFound
+                })
+                .and_then(|t| t.parse::<i64>().ok())
+                .and_then(|n| u32::try_from(n).ok());
+            let physfn = self.link_basename(ctx, "physfn");
+            self.path.pop();
+            (numa, physfn)
+        } else {
+            (None, None)
+        };
 
         let mut ports = Vec::new();
         self.path.push("ports");
@@ -336,6 +351,8 @@ impl<'r> Walk<'r> {
             board_id,
             driver,
             pci_addr,
+            numa_node,
+            pf_pci_addr,
             ports,
             hw_counters,
         }

@@ -77,7 +77,7 @@ pub fn counter_rates(
         let bytes_per_second = match unit {
             Unit::FourOctetWords => Some(per_second * 4.0),
             Unit::Bytes => Some(per_second),
-            Unit::Count | Unit::Milliseconds => None,
+            Unit::Count | Unit::Milliseconds | Unit::Microseconds => None,
         };
         let severity = d
             .family
