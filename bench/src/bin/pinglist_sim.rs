@@ -13,8 +13,8 @@
 //! 1,000 hosts, memory linear in peers and under 1 KiB per peer. It asserts nothing.
 
 use rdma_probe::discovery::{Discovery, DiscoveryConfig};
-use rdma_probe::histogram::{Histogram, LATENCY_BUCKETS};
 use rdma_probe::pinglist::{simulate, Pinglist, DEFAULT_MESH_MAX};
+use rdma_probe::snapshot::{Histogram, PeerTransport, LATENCY_BUCKETS};
 use rdma_probe::{LatencySummary, PeerState, ProbeOp, TargetResult};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -82,11 +82,14 @@ fn table_bytes(n: usize) -> anyhow::Result<usize> {
             device: "mlx5_0".into(),
             port: 1,
             peer: Some(addr.clone()),
-            op: ProbeOp::Read,
+            op: ProbeOp::Send,
+            transport: PeerTransport::Ud,
             size_bytes: 64,
             latency_seconds: Histogram::new(LATENCY_BUCKETS),
             last: summary,
             runs_total: 1,
+            sent_total: 100,
+            lost_total: 0,
             failures_total: BTreeMap::new(),
             up: true,
             last_error: None,

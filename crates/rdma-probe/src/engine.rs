@@ -513,9 +513,10 @@ fn active_ports(filter: &[String]) -> Vec<(String, u8)> {
     out
 }
 
-/// A peer's connection, of the configured transport.
+/// A peer's connection, of the configured transport (the RC one boxed: its QP pair and
+/// buffers make it four times the UD one).
 enum Conn {
-    Rc(PeerConn),
+    Rc(Box<PeerConn>),
     Ud(UdPeerConn),
 }
 
@@ -816,9 +817,8 @@ fn peer_round(
         let secret = cfg.secret.as_ref().expect("checked at start");
         let (device, gid) = (cfg.peer_device.as_deref(), cfg.gid_index);
         let made = match cfg.transport {
-            PeerTransport::Rc => {
-                PeerConn::connect(&link.addr, secret, device, gid, cfg.size).map(Conn::Rc)
-            }
+            PeerTransport::Rc => PeerConn::connect(&link.addr, secret, device, gid, cfg.size)
+                .map(|c| Conn::Rc(Box::new(c))),
             PeerTransport::Ud => {
                 UdPeerConn::connect(&link.addr, secret, device, gid, cfg.size, &shared.ud)
                     .map(Conn::Ud)

@@ -301,10 +301,13 @@ mod tests {
             port: 1,
             peer: peer.map(str::to_string),
             op,
+            transport: PeerTransport::Rc,
             size_bytes: 64,
             latency_seconds: Histogram::new(LATENCY_BUCKETS),
             last: None,
             runs_total: 0,
+            sent_total: 0,
+            lost_total: 0,
             failures_total: BTreeMap::new(),
             up: false,
             last_error: None,
@@ -326,6 +329,10 @@ mod tests {
             peers: vec![],
             handshakes_accepted_total: 0,
             handshakes_refused_total: BTreeMap::new(),
+            ud_endpoints: vec![],
+            discovery: DiscoveryStats::default(),
+            own_labels: BTreeMap::new(),
+            own_peers: vec![],
         };
         assert_eq!(s.target("rxe0", ProbeOp::Write).unwrap().kind, "loopback");
         assert_eq!(s.target("h2:9737", ProbeOp::Read).unwrap().kind, "peer");
