@@ -30,6 +30,12 @@ fail() {
     finish 125
 }
 
+# The whole image lives in the initramfs: when it did not fit in RAM the kernel unpacked only
+# part of it and every later step fails in ways that hide why. Say it once, plainly.
+if dmesg 2>/dev/null | grep -q "Initramfs unpacking failed"; then
+    fail "the initramfs did not fit in the VM's memory (dmesg: Initramfs unpacking failed); give the VM more (--memory)"
+fi
+
 MODE=run DEVICES=1 RXE=1 PORT=9736 HOSTS=1 HOST=1
 for opt in $(cat /proc/cmdline); do
     case "$opt" in

@@ -65,7 +65,7 @@ struct VmArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
     devices: u32,
     /// Guest memory in MiB, per host (registering N bytes of memory pins N bytes of guest
-    /// RAM). Default 2048 for one host, 768 per host for --hosts 2 and more.
+    /// RAM). Default 2048 for one host, 1024 per host for --hosts 2 and more.
     #[arg(long, value_parser = clap::value_parser!(u32).range(256..=16384))]
     memory: Option<u32>,
     /// Guest CPUs, per host. Default 2 for one host, 1 per host for --hosts 2 and more.
@@ -434,8 +434,10 @@ fn spec_from(vm: &VmArgs, files: Vec<(PathBuf, String)>) -> Result<RunSpec> {
     })
 }
 
-/// Per-host memory and CPUs of a multi-host lab: small, N of them share this machine.
-const MULTI_MEMORY_MIB: u32 = 768;
+/// Per-host memory and CPUs of a multi-host lab: small, N of them share this machine. The
+/// memory must hold the initramfs twice while it unpacks (image + the multi-host test
+/// binaries, ~270 MB on 2026-12-01): 768 MiB stopped fitting.
+const MULTI_MEMORY_MIB: u32 = 1024;
 const MULTI_CPUS: u32 = 1;
 
 fn multi_spec_from(
