@@ -383,3 +383,74 @@ fn ch12_fence_solicited_events_and_cq_moderation() {
         );
     }
 }
+
+#[test]
+fn ch12_multicast_join_and_send_to_the_group() {
+    let r = run_ok("12_mcast", &[]);
+    r.expect("receiver: QP 0x")
+        .expect(" joined 239.1.2.3: group GID ::ffff:239.1.2.3, remote QPN 0xffffff, Q_Key 0x")
+        .expect("receiver: received 104 bytes (40 of GRH) from QPN 0x")
+        .expect("\"datagram 4 to the group\"")
+        // rxe delivers a group's datagram to every attached QP, the sender's own included.
+        .expect("sender: 4 SENDs completed; receiver got 4 of 4, sender's own QP got 4");
+}
+
+/// rdma_cm's configfs directory for rxe0, created for one test and removed on drop (even
+/// when the test fails), with configfs unmounted again if the test mounted it.
+struct CmConfigfs {
+    dir: PathBuf,
+    mounted: bool,
+}
+
+impl CmConfigfs {
+    fn create() -> CmConfigfs {
+        let root = std::path::Path::new("/sys/kernel/config");
+        let mounted = !root.join("rdma_cm").is_dir();
+        if mounted {
+            let st = Command::new("mount")
+                .args(["-t", "configfs", "none", "/sys/kernel/config"])
+                .status()
+                .expect("FAIL: cannot run mount");
+            assert!(st.success(), "FAIL: mount -t configfs: {st}");
+        }
+        let dir = root.join("rdma_cm").join(LAB_DEVICE);
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("FAIL: mkdir {}: {e}", dir.display()));
+        CmConfigfs { dir, mounted }
+    }
+
+    fn port_file(&self, name: &str) -> PathBuf {
+        self.dir.join("ports/1").join(name)
+    }
+}
+
+impl Drop for CmConfigfs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+        if self.mounted {
+            let _ = Command::new("umount").arg("/sys/kernel/config").status();
+        }
+    }
+}
+
+#[test]
+fn ch13_tos_from_rdma_set_option_and_from_configfs() {
+    // Without configfs: the default ToS is 0, rdma_set_option's lands in both QPs' GRH.
+    let r = run_ok("13_tos", &["7483", "106"]);
+    r.expect("configfs rdma_cm/rxe0: not present (default ToS 0)")
+        .expect("connection with the default ToS:\n  route: traffic class 0\n  client QP traffic class   0 = DSCP  0, ECN 0;")
+        .expect("connection with rdma_set_option(RDMA_OPTION_ID_TOS, 106):\n  route: traffic class 106\n")
+        .expect("  client QP traffic class 106 = DSCP 26, ECN 2;")
+        // The passive side takes the traffic class the connect request carried.
+        .expect("  server QP traffic class 106 = DSCP 26, ECN 2;");
+    // The device's default, set by an administrator in configfs; set_option still wins.
+    let cfs = CmConfigfs::create();
+    let mode = std::fs::read_to_string(cfs.port_file("default_roce_mode")).unwrap();
+    assert_eq!(mode.trim(), "RoCE v2");
+    std::fs::write(cfs.port_file("default_roce_tos"), "32").unwrap();
+    let r = run_ok("13_tos", &["7484", "106"]);
+    r.expect("configfs rdma_cm/rxe0/ports/1/default_roce_tos: 32")
+        .expect("connection with the default ToS:\n  route: traffic class 32\n  client QP traffic class  32 = DSCP  8, ECN 0;")
+        .expect("  server QP traffic class  32 = DSCP  8, ECN 0;")
+        .expect("  client QP traffic class 106 = DSCP 26, ECN 2;");
+    drop(cfs);
+}
