@@ -166,10 +166,12 @@ const CODE: &[(&str, &str)] = &[
     code!("10_rkey_check.c"),
     code!("11_counters.c"),
     code!("12_ud.c"),
+    code!("12_mcast.c"),
     code!("12_srq_async.c"),
     code!("12_inline_signal.c"),
     code!("12_wr_api.c"),
     code!("12_fence_events.c"),
+    code!("13_tos.c"),
 ];
 
 /// The experiments `rdmactl experiment run <name>` provides (the one list, in rdmakit's
