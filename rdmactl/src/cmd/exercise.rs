@@ -56,6 +56,12 @@ const EXERCISES: &[Exercise] = &[
         &["64 WRITEs, 4 completions"]
     ),
     exercise!(
+        "12-srq",
+        12,
+        "add a shared receive queue: B's QP takes its receives from the SRQ",
+        &["8 messages received through the SRQ"]
+    ),
+    exercise!(
         "13-credits",
         13,
         "add credit-based flow control: 12 messages through 4 receives, rnr_retry 0",
