@@ -56,6 +56,12 @@ const EXERCISES: &[Exercise] = &[
         &["64 WRITEs, 4 completions"]
     ),
     exercise!(
+        "12-switch-to-ud",
+        12,
+        "switch to UD: Q_Key at INIT, no peer at RTR, an address handle in every SEND",
+        &["8 datagrams from A reached B"]
+    ),
+    exercise!(
         "12-srq",
         12,
         "add a shared receive queue: B's QP takes its receives from the SRQ",
