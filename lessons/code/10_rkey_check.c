@@ -233,6 +233,19 @@ int main(int argc, char **argv)
 					  "NOT enforced by this device: only the MR's bounds are "
 					  "checked (Soft-RoCE); hardware refuses this write");
 		}
+		/* An MR with a window bound on it cannot be deregistered; the errno is the
+		 * driver's (rxe: EINVAL). */
+		{
+			int err = ibv_dereg_mr(bmr);
+
+			if (err == 0) {
+				bmr = NULL;
+				FAIL("6f. ibv_dereg_mr succeeded with a window bound");
+				goto out;
+			}
+			printf("6f. ibv_dereg_mr of B's MR, a window bound: refused, errno %d (%s)\n",
+			       err, strerror(err));
+		}
 	}
 
 	/* 7. The right rkey, inside the MR, but B's QP grants no remote write at all. */

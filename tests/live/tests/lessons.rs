@@ -259,6 +259,8 @@ fn ch10_rkey_is_checked_by_the_responder() {
     );
     // rxe does not enforce type-2 window bounds; the example must say so, not hide it.
     r.expect("window bounds: NOT enforced by this device");
+    // Chapter 3: on rxe the MR with a bound window is refused with EINVAL (not EBUSY).
+    r.expect("6f. ibv_dereg_mr of B's MR, a window bound: refused, errno 22 (Invalid argument)");
     // The responder checks the QP's own access flags before the key.
     assert!(
         r.line("7. ").ends_with("IBV_WC_REM_INV_REQ_ERR"),
