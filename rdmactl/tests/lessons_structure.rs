@@ -182,3 +182,59 @@ fn the_structure_parser_sees_what_it_must() {
         "int x;\nint y;\nint z;"
     );
 }
+
+/// The slips a review of the course found (issue #20, defect 10, and the MTU budget of
+/// defect 6) stay fixed: the wrong counts in English, the calques in Italian.
+#[test]
+fn the_reviews_slips_stay_fixed() {
+    let forbidden: &[(&str, &[&str])] = &[
+        (
+            "en",
+            &[
+                "three illegal moves",
+                "two helpers",
+                "44 bytes of headers",
+                "atomics are a hybrid",
+            ],
+        ),
+        (
+            "it",
+            &[
+                "scaricano",
+                "cavallo da tiro",
+                "la corsa",
+                "ripubblica",
+                "onesto fallimento",
+                "ricircol",
+                "a secco",
+            ],
+        ),
+    ];
+    let mut found = Vec::new();
+    for (lang, words) in forbidden {
+        for path in chapters(lang) {
+            let text = fs::read_to_string(&path).unwrap().to_lowercase();
+            for w in *words {
+                if text.contains(w) {
+                    found.push(format!("{}: {w:?}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "slips back in the course:\n{}",
+        found.join("\n")
+    );
+    // And the facts that replaced them are there.
+    let ch4 = fs::read_to_string(lessons_src().join("en/04-queue-pairs.md")).unwrap();
+    assert!(
+        ch4.contains("four"),
+        "chapter 4 lost its count of illegal moves"
+    );
+    let ch2 = fs::read_to_string(lessons_src().join("en/02-architecture.md")).unwrap();
+    assert!(
+        ch2.contains("96 bytes"),
+        "chapter 2 lost the kernel's RoCE MTU budget"
+    );
+}
