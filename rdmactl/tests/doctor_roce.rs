@@ -3,7 +3,7 @@
 //! machine without captures never asks this machine's kernel (DCB and ethtool facts are
 //! then "not available").
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn tree(name: &str) -> PathBuf {
@@ -12,7 +12,7 @@ fn tree(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn run(root: &PathBuf, extra: &[&str]) -> (i32, serde_json::Value) {
+fn run(root: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
     let mut args: Vec<String> = vec![
         "doctor".into(),
         "roce".into(),
@@ -35,7 +35,7 @@ fn run(root: &PathBuf, extra: &[&str]) -> (i32, serde_json::Value) {
     (out.status.code().expect("exit code"), json)
 }
 
-fn captures(root: &PathBuf) -> Vec<String> {
+fn captures(root: &Path) -> Vec<String> {
     let mut v = vec![
         "--path.ethtool-capture".to_string(),
         root.join("ethtool").display().to_string(),
