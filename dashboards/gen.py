@@ -687,6 +687,30 @@ ALERTS = [
      "The port's logical state is {{ $labels.state }} (physical {{ $labels.phys_state }}, netdev "
      "{{ $labels.netdev }}), not ACTIVE: no RDMA traffic can use it. Check the cable, the switch "
      "port and the subnet manager (InfiniBand) or the netdev (RoCE)."),
+    # RoCE fabric (the netdev collector's curated families; `rdmactl doctor roce` on the host).
+    ("RdmaNetdevPauseStorm",
+     "max by (job, instance, device, port, netdev, direction, priority) (\n"
+     "  rate(rdma_netdev_pause_duration_seconds_total[5m])\n) > 0.5",
+     "5m", "critical",
+     "Pause storm on {{ $labels.instance }} {{ $labels.netdev }} ({{ $labels.direction }}, priority {{ $labels.priority }})",
+     "The netdev was paused more than half of the time for 5 minutes: a peer or this host "
+     "cannot drain the lossless priority, and PFC spreads the stall upstream. Run "
+     "`rdmactl doctor roce` on the host and look for the receiver that discards."),
+    ("RdmaNetdevDiscardsRising",
+     "sum by (job, instance, device, port, netdev, direction, reason) (\n"
+     "  rate(rdma_netdev_discards_total[5m])\n) > 0",
+     "10m", "warning",
+     "{{ $labels.netdev }} on {{ $labels.instance }} discards {{ $labels.direction }} frames ({{ $labels.reason }})",
+     "The NIC dropped frames for 10 minutes (out_of_buffer: the host did not post buffers "
+     "fast enough; port: the NIC's buffers were full). On a lossless priority each drop is a "
+     "RoCE retransmission. `rdmactl doctor roce` checks PFC on the RDMA priority."),
+    ("RdmaNetdevSymbolErrorsRising",
+     "sum by (job, instance, device, port, netdev) (\n"
+     "  rate(rdma_netdev_symbol_errors_total[5m])\n) > 0",
+     "15m", "warning",
+     "Symbol errors rising on {{ $labels.instance }} {{ $labels.netdev }}",
+     "The physical layer of the link keeps seeing symbol errors: a marginal cable, optic or "
+     "connector. Reseat or replace it before it starts dropping frames."),
 ]
 
 RULE_ALERTS = [

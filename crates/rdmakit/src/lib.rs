@@ -16,6 +16,7 @@ pub mod model;
 pub mod nldev;
 pub mod owner;
 pub mod rdmacg;
+pub mod roce;
 #[cfg(feature = "scrape")]
 pub mod scrape;
 pub mod sysfs;

@@ -20,7 +20,11 @@ use crate::exit::CodedError;
 
 /// Arguments of `rdmactl doctor`.
 #[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    /// A configuration check instead of the counter diagnosis.
+    #[command(subcommand)]
+    check: Option<Check>,
     /// Seconds between the two samples.
     #[arg(long, default_value_t = 5.0)]
     interval: f64,
@@ -58,8 +62,21 @@ fn load(path: &PathBuf) -> Result<Snapshot> {
     })
 }
 
+/// The configuration checks.
+#[derive(clap::Subcommand, Debug)]
+enum Check {
+    /// Check the RoCE configuration of every Ethernet RDMA port (or DEV's): MTU, RoCE v2 GIDs,
+    /// rdma_cm defaults, PFC, the DSCP map, trust, ECN, pause storms and discards. Exit code
+    /// 0 when no check fails (warnings and "not available" included), 4 when one fails,
+    /// 3 when there is no RDMA device.
+    Roce(super::doctor_roce::Args),
+}
+
 /// Run `rdmactl doctor`.
 pub fn run(args: Args) -> Result<ExitCode> {
+    if let Some(Check::Roce(roce)) = args.check {
+        return super::doctor_roce::run(roce);
+    }
     let catalog =
         Catalog::embedded().map_err(|e| anyhow::anyhow!("the built-in catalog is broken: {e}"))?;
     let rules = Rules::embedded()?;

@@ -2,6 +2,7 @@
 pub mod counters;
 pub mod devices;
 pub mod doctor;
+pub mod doctor_roce;
 pub mod exercise;
 #[cfg(feature = "verbs")]
 pub mod experiment;

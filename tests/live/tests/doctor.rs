@@ -231,3 +231,122 @@ fn doctor_names_the_errors_an_experiment_provoked() {
         assert!(!ids.contains(&"transport-retry-exhausted"), "{ctx}");
     }
 }
+
+/// The check `id` of `rdmactl doctor roce --json` on `target`.
+fn roce_check<'a>(report: &'a Value, target: &str, id: &str) -> &'a Value {
+    report["checks"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["target"] == target && c["id"] == id))
+        .unwrap_or_else(|| panic!("FAIL: no check {id} on {target} in {report:#}"))
+}
+
+/// `rdmactl doctor roce rxe0` on real rxe: the MTU, GID and rdma_cm configfs checks give
+/// verdicts from this VM's facts; the DCB, ECN and pause checks say plainly that the driver
+/// does not tell (virtio_net under rxe has no DCB ops, no ECN switches, no pause counters);
+/// the exit code is 4 exactly when a check fails. The rdma_cm configfs group it creates to
+/// set a ToS is removed again, also on failure.
+#[test]
+fn doctor_roce_on_rxe_reports_what_rxe_cannot_tell() {
+    let target = format!("{LAB_DEVICE}/1");
+    let cm_root = Path::new("/sys/kernel/config/rdma_cm");
+    if !cm_root.is_dir() {
+        // configfs may not be mounted yet; rdma_cm (loaded with rdma_ucm) registers there.
+        let _ = Command::new("mount")
+            .args(["-t", "configfs", "none", "/sys/kernel/config"])
+            .status();
+    }
+    assert!(
+        cm_root.is_dir(),
+        "FAIL: /sys/kernel/config/rdma_cm is missing (configfs not mounted or rdma_cm not loaded)"
+    );
+    struct Group(PathBuf);
+    impl Drop for Group {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let group = Group(cm_root.join(LAB_DEVICE));
+    let created = !group.0.exists();
+    if created {
+        std::fs::create_dir(&group.0).expect("FAIL: mkdir the rdma_cm configfs group");
+    }
+    let tos_file = group.0.join("ports/1/default_roce_tos");
+    let old_tos = std::fs::read_to_string(&tos_file).expect("FAIL: read default_roce_tos");
+    std::fs::write(&tos_file, "106").expect("FAIL: write default_roce_tos");
+    let out = rdmactl(&["doctor", "roce", LAB_DEVICE, "--json", "--interval", "1"]);
+    let _ = std::fs::write(&tos_file, old_tos.trim());
+    if !created {
+        std::mem::forget(group);
+    } else {
+        drop(group);
+    }
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("FAIL: doctor roce --json is not JSON ({e}): {}", text(&out)));
+    let worst = report["worst"].as_str().unwrap_or_default().to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(if worst == "fail" { 4 } else { 0 }),
+        "FAIL: exit code vs worst verdict {worst}: {}",
+        text(&out)
+    );
+
+    // MTU: the netdev's MTU as this VM has it, and a real verdict.
+    let mtu = roce_check(&report, &target, "mtu");
+    let netdev = mtu["netdev"].as_str().unwrap().to_string();
+    let nd_mtu = std::fs::read_to_string(format!("/sys/class/net/{netdev}/mtu"))
+        .expect("FAIL: netdev mtu")
+        .trim()
+        .to_string();
+    assert_ne!(mtu["verdict"], "not available", "{mtu:#}");
+    assert!(
+        mtu["evidence"][0]
+            .as_str()
+            .unwrap()
+            .contains(&format!("mtu = {nd_mtu}:")),
+        "{mtu:#}"
+    );
+    // GIDs: rxe has RoCE v2 GIDs for its addresses.
+    let v2 = std::fs::read_dir(format!(
+        "/sys/class/infiniband/{LAB_DEVICE}/ports/1/gid_attrs/types"
+    ))
+    .expect("FAIL: gid types")
+    .flatten()
+    .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.trim() == "RoCE v2"))
+    .count();
+    assert!(v2 > 0, "FAIL: no RoCE v2 GID on {LAB_DEVICE}");
+    assert_eq!(roce_check(&report, &target, "roce-v2-gid")["verdict"], "ok");
+    // rdma_cm: the ToS written above, read back through configfs.
+    let tos = roce_check(&report, &target, "cm-tos");
+    assert_eq!(tos["verdict"], "ok", "{tos:#}");
+    assert!(
+        tos["evidence"][0]
+            .as_str()
+            .unwrap()
+            .contains("= 106 (DSCP 26)"),
+        "{tos:#}"
+    );
+    let mode = roce_check(&report, &target, "cm-roce-mode");
+    assert!(
+        mode["evidence"][0]
+            .as_str()
+            .unwrap()
+            .contains("default_roce_mode = "),
+        "{mode:#}"
+    );
+    // What rxe cannot tell.
+    for id in ["pfc", "dscp-map", "trust", "tc-protected", "ecn"] {
+        let c = roce_check(&report, &target, id);
+        assert_eq!(c["verdict"], "not available", "{c:#}");
+        assert!(
+            c["finding"]
+                .as_str()
+                .unwrap()
+                .contains("not available on this driver"),
+            "{c:#}"
+        );
+    }
+    eprintln!(
+        "doctor roce on {target} ({netdev}, MTU {nd_mtu}): mtu {}, worst {worst}",
+        mtu["verdict"]
+    );
+}

@@ -27,7 +27,7 @@ const GSTATS: u32 = 0x1d;
 const SS_STATS: u32 = 1;
 
 /// Why the statistics of one netdev could not be read.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EthtoolError {
     /// The kernel refused a call (`ENODEV`: the netdev is gone; `EOPNOTSUPP`: the driver
