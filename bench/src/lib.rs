@@ -28,12 +28,20 @@ pub fn time(f: impl FnOnce()) -> Duration {
     start.elapsed()
 }
 
-/// Write `gen-sysfs.py OUT --devices N` (the script from ../shared/bench, or RDMA_GEN_SYSFS).
+/// Write `gen-sysfs.py OUT --devices N` (RDMA_GEN_SYSFS, else `shared/bench/gen-sysfs.py` in
+/// the nearest directory above the workspace that has it: `../shared` from a checkout,
+/// `../../shared` from a worktree one level deeper).
 pub fn synthetic_sysfs(devices: u32) -> anyhow::Result<PathBuf> {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let script = std::env::var_os("RDMA_GEN_SYSFS")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/bench/gen-sysfs.py")
+            manifest
+                .ancestors()
+                .skip(2)
+                .map(|dir| dir.join("shared/bench/gen-sysfs.py"))
+                .find(|p| p.is_file())
+                .unwrap_or_else(|| manifest.join("../../shared/bench/gen-sysfs.py"))
         });
     anyhow::ensure!(
         script.is_file(),
