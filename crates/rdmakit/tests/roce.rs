@@ -222,3 +222,43 @@ fn every_variant_tree_has_a_golden_and_back() {
         }
     }
 }
+
+/// Each lesson a check points to names a real chapter title and `## ` section of the course
+/// (English text; the Italian one has the same structure, held by rdmactl's lessons_structure).
+#[test]
+fn every_lesson_pointer_names_a_real_section() {
+    let lessons = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lessons/src/en");
+    for pointer in roce::LESSONS {
+        let rest = pointer
+            .strip_prefix("rdmactl lesson show ")
+            .unwrap_or_else(|| panic!("{pointer}: not a lesson show command"));
+        let (num, rest) = rest
+            .split_once(" (")
+            .expect("chapter number, then (Title: Section)");
+        let (title, section) = rest
+            .strip_suffix(')')
+            .and_then(|r| r.split_once(": "))
+            .unwrap_or_else(|| panic!("{pointer}: want (Title: Section)"));
+        let n: u32 = num.parse().unwrap();
+        let chapter = std::fs::read_dir(&lessons)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|f| f.to_str())
+                    .is_some_and(|f| f.starts_with(&format!("{n:02}-")))
+            })
+            .unwrap_or_else(|| panic!("{pointer}: no chapter {n} in {}", lessons.display()));
+        let text = std::fs::read_to_string(&chapter).unwrap();
+        assert!(
+            text.lines()
+                .next()
+                .is_some_and(|l| l == format!("# {n}. {title}")),
+            "{pointer}: chapter {n} is not titled {title:?}"
+        );
+        assert!(
+            text.lines().any(|l| l == format!("## {section}")),
+            "{pointer}: chapter {n} has no section {section:?}"
+        );
+    }
+}

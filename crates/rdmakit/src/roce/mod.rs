@@ -160,9 +160,11 @@ const LESSON_MTU: &str = "rdmactl lesson show 7 (InfiniBand and RoCE v2 in pract
 const LESSON_GID: &str =
     "rdmactl lesson show 7 (InfiniBand and RoCE v2 in practice: The GID table)";
 const LESSON_LOSSLESS: &str =
-    "rdmactl lesson show 7 (InfiniBand and RoCE v2 in practice: Configuration checklist)";
-const LESSON_CONGESTION: &str =
-    "rdmactl lesson show 2 (Physical architecture: RoCE v2: the InfiniBand transport over UDP/IP)";
+    "rdmactl lesson show 13 (Design patterns: RoCE without loss: PFC, ECN and the ToS)";
+
+/// Every lesson a check points to: `rdmactl lesson show N (Chapter: Section)`, where Section
+/// is a `## ` heading of chapter N (a test holds them to the course's text).
+pub const LESSONS: [&str; 3] = [LESSON_MTU, LESSON_GID, LESSON_LOSSLESS];
 
 fn na(reason: impl Into<String>) -> (Verdict, String) {
     (Verdict::NotAvailable, reason.into())
@@ -518,7 +520,7 @@ fn port_checks(
             _ => (0..8).collect(),
         };
         if !ecn.is_dir() {
-            push("ecn", na(format!("not available on this driver: no ECN switches (class/net/{netdev}/ecn/, an mlx5 feature)")), Vec::new(), None, LESSON_CONGESTION);
+            push("ecn", na(format!("not available on this driver: no ECN switches (class/net/{netdev}/ecn/, an mlx5 feature)")), Vec::new(), None, LESSON_LOSSLESS);
         } else {
             let mut ev = Vec::new();
             let mut off = Vec::new();
@@ -562,7 +564,7 @@ fn port_checks(
                 (Verdict::Warn, format!("ECN off for {}: no DCQCN congestion control there, congestion is left to PFC pauses", off.join(", ")))
             };
             let p = which.first().copied().unwrap_or(3);
-            push("ecn", r, ev, Some(format!("echo 1 > /sys/class/net/{netdev}/ecn/roce_np/enable/{p}; echo 1 > /sys/class/net/{netdev}/ecn/roce_rp/enable/{p}")), LESSON_CONGESTION);
+            push("ecn", r, ev, Some(format!("echo 1 > /sys/class/net/{netdev}/ecn/roce_np/enable/{p}; echo 1 > /sys/class/net/{netdev}/ecn/roce_rp/enable/{p}")), LESSON_LOSSLESS);
         }
     }
 
