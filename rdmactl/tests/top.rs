@@ -277,6 +277,11 @@ fn top_shows_devices_rates_explanations_and_gives_the_terminal_back() {
         pane_text(&screen, " Probes (rdmad) ").contains("no --rdmad URL"),
         "{screen}"
     );
+    assert!(
+        pane_text(&screen, " Top owners (QPs) ")
+            .contains("owners come from RDMA netlink (or --rdmad)"),
+        "{screen}"
+    );
 
     // Counters move: packets and an error counter. Rates and the doctor must show it.
     let screen = tmux.wait_until("non-zero rates for mlx5_0", || {
@@ -418,6 +423,46 @@ fn probes_pane_shows_rdmad_probe_series_or_says_why_not() {
         s.contains("rdmad unreachable") && s.contains("scrape failed")
     });
     assert!(row_cells(&screen, "mlx5_0").is_some(), "{screen}");
+    tmux.keys(&["q"]);
+    tmux.assert_shell_back(0);
+}
+
+/// rdmad's exposition captured in the lab: two holders in two cgroups, one with QPs in ERR
+/// (tests/data/README.md).
+const CAPTURED_OWNERS: &str = include_str!("data/owners.prom");
+
+#[test]
+fn owners_pane_ranks_rdmads_owners_and_shows_their_qps_in_err() {
+    let port = metrics_server(CAPTURED_OWNERS);
+    let root = scratch_tree("owners");
+    let _cleanup = Cleanup(root.clone());
+    let tmux = Tmux::start("owners", 200, 48);
+    tmux.type_line(&format!(
+        "{} top --path.sysfs {} --interval 0.3 --rdmad http://127.0.0.1:{port}",
+        env!("CARGO_BIN_EXE_rdmactl"),
+        root.display()
+    ));
+    let screen = tmux.wait_for("the owners pane", |s| {
+        s.contains(" Top owners (QPs, rdmad) ")
+            && pane_text(s, " Top owners (QPs, rdmad) ").contains("owners_scale[161]")
+    });
+    let text = pane_text(&screen, " Top owners (QPs, rdmad) ");
+    // Most QPs first; the ERR column counts the holder's QPs in ERR.
+    let a = text
+        .find("5 2 owners_scale[158] /job-a.scope")
+        .unwrap_or_else(|| panic!("no row for job A: {text}"));
+    let b = text
+        .find("3 0 owners_scale[161] /job-b.scope")
+        .unwrap_or_else(|| panic!("no row for job B: {text}"));
+    let kernel = text
+        .find("1 0 kernel")
+        .unwrap_or_else(|| panic!("no row for the kernel: {text}"));
+    assert!(a < b && b < kernel, "{text}");
+    // The probes pane of the same scrape: rdmad answered, without probe series.
+    assert!(
+        pane_text(&screen, " Probes (rdmad) ").contains("exports no rdma_probe_* series"),
+        "{screen}"
+    );
     tmux.keys(&["q"]);
     tmux.assert_shell_back(0);
 }

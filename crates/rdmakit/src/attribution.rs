@@ -39,6 +39,10 @@ pub const UNKNOWN: &str = "unknown";
 /// The owner name the owners beyond the cap are folded into.
 pub const OTHER: &str = "other";
 
+/// The name of rdmad's family of QPs per owner, state and type (declared by its
+/// `netlink_owners` collector with this constant; `rdmactl top` reads it back).
+pub const OWNER_QPS_METRIC: &str = "rdma_owner_qps";
+
 /// One owner, as labels: empty strings where a fact is unknown or does not apply.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize)]
 pub struct OwnerKey {

@@ -134,6 +134,9 @@ pub fn read_owner(proc_root: &Path, pid: u32) -> Result<Owner, OwnerError> {
     }
     let cgroup_path = dir.join("cgroup");
     let cgroup = match read_small(&cgroup_path, pid) {
+        // An empty file: the kernel has cgroups but no hierarchy is mounted (the lab's VM
+        // before a test mounts cgroup2): no cgroup, and the process still has a name.
+        Ok(text) if text.trim().is_empty() => None,
         Ok(text) => Some(
             parse_proc_cgroup(&text).map_err(|detail| OwnerError::Malformed {
                 path: cgroup_path,
@@ -304,6 +307,23 @@ mod tests {
         assert!(parse_proc_cgroup("0::relative\n")
             .unwrap_err()
             .contains("absolute"));
+    }
+
+    #[test]
+    fn an_empty_cgroup_file_is_no_cgroup_not_an_unknown_process() {
+        let root = std::env::temp_dir().join(format!("rdmakit-owner-{}", std::process::id()));
+        let dir = root.join("178");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("comm"), "ib_write_bw\n").unwrap();
+        // What /proc/<pid>/cgroup holds in the lab VM when no cgroup fs is mounted.
+        fs::write(dir.join("cgroup"), "").unwrap();
+        let owner = read_owner(&root, 178).unwrap();
+        assert_eq!(owner.comm, "ib_write_bw");
+        assert_eq!(owner.cgroup, None);
+        // A malformed non-empty file is still an error.
+        fs::write(dir.join("cgroup"), "garbage\n").unwrap();
+        assert!(read_owner(&root, 178).is_err());
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -33,7 +33,7 @@ const OBJECTS: Declared = Declared::gauge(
     "RDMA objects of each type held by each owner (process name, cgroup, pod, container), from the RDMA netlink resource dumps",
 );
 const QPS: Declared = Declared::gauge(
-    "rdma_owner_qps",
+    rdmakit::attribution::OWNER_QPS_METRIC,
     "Queue pairs held by each owner, by QP state and type",
 );
 const MR_BYTES: Declared = Declared::gauge(

@@ -1,7 +1,9 @@
 //! Live test of `rdmactl top`, run INSIDE the lab VM (booted with `--devices 2`): while
 //! `ib_write_bw` runs between rxe_a (veth0, 10.1.0.1) and rxe_b (veth1, 10.1.0.2), top's
 //! screen, read through tmux, must show non-zero packet rates on both devices and the
-//! benchmark's QPs in the resources pane (RDMA netlink); `q` must give the shell back.
+//! benchmark's QPs in the resources pane (RDMA netlink) and the benchmark among the top
+//! owners (the owners pane, tallied from this host's netlink dumps); `q` must give the
+//! shell back.
 //!
 //! No device, no tmux or no traffic is a failure, never a skip: the lab image has them all.
 #![forbid(unsafe_code)]
@@ -184,13 +186,25 @@ fn top_shows_rates_and_qps_while_ib_write_bw_runs() {
         {
             rates_seen = Some(s.clone());
         }
-        // A QP row owned by the benchmark: `rxe_b      RTS       1  ib_write_bw[181]`.
-        let bench_qp = s.lines().any(|l| {
-            l.contains("ib_write_bw[")
-                && (l.contains("rxe_a") || l.contains("rxe_b"))
-                && (l.contains(" RTS ") || l.contains(" RTR "))
+        // A QP row owned by the benchmark in the resources pane:
+        // `rxe_b      RTS       1  ib_write_bw[181]`, and an owners pane row of it
+        // (`    2    0  ib_write_bw[181]  /`): the panes side by side are cells between
+        // borders, so each test reads one cell.
+        let cells = || s.lines().flat_map(|l| l.split('│'));
+        let bench_qp = cells().any(|c| {
+            c.contains("ib_write_bw[")
+                && (c.contains("rxe_a") || c.contains("rxe_b"))
+                && (c.contains(" RTS ") || c.contains(" RTR "))
         });
-        if qps_seen.is_none() && bench_qp {
+        let bench_owner = s.contains(" Top owners (QPs, netlink) ")
+            && cells().any(|c| {
+                let words: Vec<&str> = c.split_whitespace().collect();
+                words.len() >= 3
+                    && words[0].parse::<u64>().is_ok_and(|n| n >= 1)
+                    && words[1].parse::<u64>().is_ok()
+                    && words[2].starts_with("ib_write_bw[")
+            });
+        if qps_seen.is_none() && bench_qp && bench_owner {
             qps_seen = Some(s.clone());
         }
         if let Ok(Some(status)) = client.try_wait() {
@@ -199,7 +213,7 @@ fn top_shows_rates_and_qps_while_ib_write_bw_runs() {
                 let _ = server.kill();
                 panic!(
                     "FAIL: ib_write_bw ended ({status}) before top showed {}; client said:\n{}{}\nscreen:\n{s}",
-                    if rates_seen.is_none() { "non-zero packet rates on rxe_a and rxe_b" } else { "its QPs" },
+                    if rates_seen.is_none() { "non-zero packet rates on rxe_a and rxe_b" } else { "its QPs and it among the top owners" },
                     String::from_utf8_lossy(&out.stdout),
                     String::from_utf8_lossy(&out.stderr),
                 );

@@ -4,8 +4,10 @@
 //! [--rdmad.username U --rdmad.password-file F]]`. A table of every port
 //! (state, link rate, link layer, RX/TX bytes and packets per second, error counters per
 //! second highlighted when not zero), the counter catalog's explanation of the selected port
-//! or counter, QPs by state and process (RDMA netlink, live `/sys` only), rdmad's
-//! `rdma_probe_*` series when `--rdmad` is given, and an event log (tui-logger).
+//! or counter, QPs by state and process (RDMA netlink, live `/sys` only), the owners holding
+//! the most QPs with their QPs in ERR (rdmad's `rdma_owner_qps` with `--rdmad`, else this
+//! host's netlink dumps), rdmad's `rdma_probe_*` series when `--rdmad` is given, and an
+//! event log (tui-logger).
 //!
 //! Layout follows tokio-console: `state/` is the model (no drawing), `view/` one file per
 //! screen or pane, `input.rs` the key predicates, `term.rs` the terminal guard whose Drop
@@ -255,6 +257,7 @@ fn apply_sample(state: &mut TopState, sample: Sample) {
     }
     state.probes = sample.probes;
     state.resources = sample.resources;
+    state.owners = sample.owners;
 }
 
 /// One line into tui-logger's buffer (straight to its drain: the process-wide `log` logger

@@ -7,8 +7,10 @@
 //! channel. It never prints and never fails: problems travel inside the sample. It stops when
 //! the UI loop drops the receiver or raises the stop flag.
 
-use super::state::probes::{parse_probe_series, ProbeStatus};
+use super::state::owners::{self, OwnerStatus};
+use super::state::probes::{probe_series, ProbeStatus};
 use super::state::resources::{group_qps, owner_text, QpInfo, ResourceStatus};
+use rdmakit::attribution::{Tally, TallyOptions};
 use rdmakit::nldev::{NldevClient, Resource, ResourceKind};
 use rdmakit::scrape::Scraper;
 use rdmakit::sysfs::SysfsReader;
@@ -18,6 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Owners described per sample (as rdmad's default `--collector.netlink_owners.max-owners`);
+/// the rest fold into `other`.
+const DEFAULT_MAX_OWNERS: usize = 256;
 
 /// How often the stop flag is checked while waiting for the next sample.
 const STOP_POLL: Duration = Duration::from_millis(50);
@@ -33,6 +39,8 @@ pub struct Sample {
     pub resources: ResourceStatus,
     /// rdmad probe series, or why not.
     pub probes: ProbeStatus,
+    /// The owners holding the most QPs (rdmad's series, else this host's netlink dumps).
+    pub owners: OwnerStatus,
 }
 
 /// What the sampler reads.
@@ -60,21 +68,39 @@ pub fn sample(config: &SamplerConfig) -> Sample {
         text
     });
     let resources = resources(config.reader.root());
-    let probes = match &config.rdmad {
-        None => ProbeStatus::NotConfigured,
-        Some(scraper) => match scraper.fetch() {
-            Ok(text) => match parse_probe_series(&text) {
-                Ok(series) => ProbeStatus::Series(series),
-                Err(e) => ProbeStatus::Unreachable(format!("{}: {e}", scraper.url())),
-            },
-            Err(e) => ProbeStatus::Unreachable(e.to_string()),
-        },
+    let (probes, owners) = match &config.rdmad {
+        None => (
+            ProbeStatus::NotConfigured,
+            local_owners(config.reader.root()),
+        ),
+        Some(scraper) => {
+            let parsed = scraper.fetch().map_err(|e| e.to_string()).and_then(|text| {
+                rdmakit::exposition::parse(&text).map_err(|e| format!("{}: {e}", scraper.url()))
+            });
+            match parsed {
+                Ok(exposition) => (
+                    ProbeStatus::Series(probe_series(&exposition)),
+                    owners::from_exposition(&exposition).unwrap_or_else(|| {
+                        OwnerStatus::Unavailable(
+                            "rdmad answered, but exports no rdma_owner_qps series \
+                             (its netlink_owners collector is off?)"
+                                .to_owned(),
+                        )
+                    }),
+                ),
+                Err(why) => (
+                    ProbeStatus::Unreachable(why.clone()),
+                    OwnerStatus::Unavailable(format!("rdmad unreachable: {why}")),
+                ),
+            }
+        }
     };
     Sample {
         at,
         snapshot,
         resources,
         probes,
+        owners,
     }
 }
 
@@ -97,6 +123,34 @@ pub fn run(config: SamplerConfig, tx: Sender<Sample>, stop: Arc<AtomicBool>) {
             std::thread::sleep(STOP_POLL.min(deadline - now));
         }
     }
+}
+
+/// The owners of this host's RDMA objects, tallied from the netlink dumps as rdmad's
+/// `netlink_owners` collector does (only when the sysfs root is this host's `/sys`).
+fn local_owners(root: &Path) -> OwnerStatus {
+    if root != Path::new("/sys") {
+        return OwnerStatus::Unavailable(format!(
+            "owners come from RDMA netlink (or --rdmad), which describes this host's kernel, \
+             not the sysfs tree at {}",
+            root.display()
+        ));
+    }
+    let mut client = match NldevClient::open() {
+        Ok(c) => c,
+        Err(e) => return OwnerStatus::Unavailable(format!("RDMA netlink unavailable ({e})")),
+    };
+    let devices = match client.devices() {
+        Ok(d) => d,
+        Err(e) => return OwnerStatus::Unavailable(format!("RDMA netlink: {e}")),
+    };
+    let mut tally = Tally::new(TallyOptions {
+        pids: true,
+        ..TallyOptions::default()
+    });
+    if let Err(e) = tally.dump(&mut client, &devices) {
+        return OwnerStatus::Unavailable(format!("RDMA netlink resource dump: {e}"));
+    }
+    owners::from_report(&tally.finish(DEFAULT_MAX_OWNERS))
 }
 
 /// QPs by state and process over RDMA netlink, when the sysfs root is this host's `/sys`.

@@ -7,6 +7,7 @@
 //! Views read it; `view::handle_key` changes it. Everything here is unit-tested.
 
 pub mod events;
+pub mod owners;
 pub mod probes;
 pub mod rates;
 pub mod resources;
@@ -202,6 +203,8 @@ pub struct TopState {
     pub resources: ResourceStatus,
     /// rdmad probe series, as last scraped.
     pub probes: ProbeStatus,
+    /// The owners holding the most QPs, as last sampled.
+    pub owners: owners::OwnerStatus,
     /// The last sample failed with this message (data on screen is from before it).
     pub sample_error: Option<String>,
     /// Number of samples taken.
@@ -230,6 +233,7 @@ impl TopState {
             show_help: false,
             resources: ResourceStatus::NotSampled,
             probes: ProbeStatus::NotConfigured,
+            owners: owners::OwnerStatus::NotSampled,
             sample_error: None,
             samples: 0,
         }

@@ -30,11 +30,16 @@ pub const PROBE_PREFIX: &str = "rdma_probe_";
 
 /// The `rdma_probe_*` samples of a Prometheus text exposition (parsed whole by
 /// [`rdmakit::exposition`]: an exposition that does not parse is an error, not a guess).
+#[cfg(test)]
 pub fn parse_probe_series(text: &str) -> Result<Vec<ProbeSeries>, rdmakit::exposition::ParseError> {
-    let exposition = rdmakit::exposition::parse(text)?;
-    Ok(exposition
+    Ok(probe_series(&rdmakit::exposition::parse(text)?))
+}
+
+/// The `rdma_probe_*` samples of a parsed exposition.
+pub fn probe_series(exposition: &rdmakit::exposition::Exposition) -> Vec<ProbeSeries> {
+    exposition
         .samples
-        .into_iter()
+        .iter()
         .filter(|s| s.name.starts_with(PROBE_PREFIX))
         .map(|s| ProbeSeries {
             labels: s
@@ -43,8 +48,8 @@ pub fn parse_probe_series(text: &str) -> Result<Vec<ProbeSeries>, rdmakit::expos
                 .map(|(k, v)| format!("{k}=\"{}\"", rdmakit::exposition::escape(v)))
                 .collect::<Vec<_>>()
                 .join(","),
-            name: s.name,
+            name: s.name.clone(),
             value: s.value,
         })
-        .collect())
+        .collect()
 }

@@ -431,3 +431,95 @@ fn qps_are_grouped_by_device_state_and_process() {
         "[ib_core]"
     );
 }
+
+/// rdmad's exposition captured in the lab with two holders in two cgroups
+/// (rdmactl/tests/data/README.md).
+const CAPTURED_OWNERS: &str = include_str!("../../../../tests/data/owners.prom");
+
+#[test]
+fn top_owners_from_a_captured_exposition_rank_by_qps_with_their_err_qps() {
+    use super::owners::{from_exposition, OwnerStatus, TopOwner};
+    let exposition = rdmakit::exposition::parse(CAPTURED_OWNERS).unwrap();
+    let Some(OwnerStatus::Owners {
+        rows,
+        source,
+        total,
+    }) = from_exposition(&exposition)
+    else {
+        panic!("no owners in the captured exposition");
+    };
+    assert_eq!(source, "rdmad");
+    assert_eq!(total, 3);
+    let row = |owner: &str, place: &str, qps: u64, err: u64| TopOwner {
+        owner: owner.into(),
+        place: place.into(),
+        qps,
+        err,
+    };
+    assert_eq!(
+        rows,
+        vec![
+            // ERR and INIT QPs of the same holder are one row: 3 INIT + 2 ERR.
+            row("owners_scale[158]", "/job-a.scope", 5, 2),
+            row("owners_scale[161]", "/job-b.scope", 3, 0),
+            row("kernel", "", 1, 0),
+        ]
+    );
+    // An exposition without the family (netlink_owners off) is no owners, not zero owners.
+    let without = rdmakit::exposition::parse("rdma_devices 1\n").unwrap();
+    assert!(from_exposition(&without).is_none());
+}
+
+#[test]
+fn top_owners_keep_the_ten_largest_and_say_how_many_there_were() {
+    use super::owners::{from_exposition, OwnerStatus, TOP_OWNERS};
+    let mut text = String::new();
+    for i in 0..15u64 {
+        text.push_str(&format!(
+            "rdma_owner_qps{{device=\"mlx5_0\",state=\"RTS\",qp_type=\"RC\",comm=\"job{i}\",cgroup=\"\",pod_uid=\"{}\",container_id=\"\"}} {}\n",
+            if i == 14 { "1b2c3d4e-5f60-4718-92a3-b4c5d6e7f809" } else { "" },
+            i + 1
+        ));
+    }
+    let exposition = rdmakit::exposition::parse(&text).unwrap();
+    let Some(OwnerStatus::Owners { rows, total, .. }) = from_exposition(&exposition) else {
+        panic!("no owners");
+    };
+    assert_eq!(total, 15);
+    assert_eq!(rows.len(), TOP_OWNERS);
+    assert_eq!(rows[0].owner, "job14");
+    assert_eq!(rows[0].place, "pod 1b2c3d4e-5f60-4718-92a3-b4c5d6e7f809");
+    assert_eq!(rows[0].qps, 15);
+    assert_eq!(rows[TOP_OWNERS - 1].qps, 6);
+}
+
+#[test]
+fn top_owners_from_a_tally_of_captured_dumps_match_the_exposition_path() {
+    use super::owners::{from_report, OwnerStatus};
+    use rdmakit::attribution::{Tally, TallyOptions, KINDS};
+    let data =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/rdmakit/tests/data");
+    let mut tally = Tally::new(TallyOptions {
+        proc_root: data.join("proc-captured"),
+        pids: true,
+        ..TallyOptions::default()
+    });
+    for dev in ["rxe0", "rxe_a", "rxe_b"] {
+        for kind in KINDS {
+            let path = data.join(format!("nldev/res_{}_{dev}.bin", kind.name()));
+            let bytes = std::fs::read(path).unwrap_or_default();
+            tally.add_answer(kind, &bytes).unwrap();
+        }
+    }
+    let OwnerStatus::Owners { rows, source, .. } = from_report(&tally.finish(256)) else {
+        panic!("no owners");
+    };
+    assert_eq!(source, "netlink");
+    // rdma -j res show qp of the same capture: 16 QPs of pid 170 on rxe_b, 1 of pid 168,
+    // and the kernel's GSI QP on each of the three devices.
+    assert_eq!(rows[0].owner, "ibv_srq_pingpon[170]");
+    assert_eq!((rows[0].qps, rows[0].err), (16, 0));
+    assert_eq!(rows[0].place, "/lab.slice/job-b.scope");
+    let kernel = rows.iter().find(|r| r.owner == "kernel").unwrap();
+    assert_eq!(kernel.qps, 3);
+}

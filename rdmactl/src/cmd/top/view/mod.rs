@@ -6,6 +6,7 @@ pub mod counters;
 pub mod explain;
 pub mod help;
 pub mod log;
+pub mod owners;
 pub mod ports;
 pub mod probes;
 pub mod resources;
@@ -57,11 +58,14 @@ pub fn draw(frame: &mut Frame<'_>, state: &TopState, header: &Header, log: &TuiW
         Screen::Counters(key) => counters::draw(frame, main, state, key),
     }
     let [explain_area, side] =
-        Layout::horizontal([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(middle);
+        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(middle);
     explain::draw(frame, explain_area, state);
-    let [res_area, probe_area] =
+    let [qp_area, probe_area] =
         Layout::vertical([Constraint::Fill(2), Constraint::Fill(1)]).areas(side);
+    let [res_area, owner_area] =
+        Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(qp_area);
     resources::draw(frame, res_area, state);
+    owners::draw(frame, owner_area, state);
     probes::draw(frame, probe_area, state);
     log::draw(frame, events, log);
     draw_footer(frame, footer, state);
