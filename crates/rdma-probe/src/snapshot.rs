@@ -155,8 +155,27 @@ pub struct DiscoveryStats {
     /// Entries skipped as invalid in the last refresh, per source.
     pub invalid_entries: BTreeMap<String, u64>,
     /// Failed refreshes by `(source, reason)`: `file`/`missing`, `file`/`read`,
-    /// `file`/`parse`, `dns`/`no_records`, `dns`/`resolve`, `dns`/`setup`.
+    /// `file`/`parse`, `dns`/`no_records`, `dns`/`resolve`, `dns`/`setup`. Serialized as a
+    /// list of `{source, reason, count}` (JSON object keys must be strings).
+    #[serde(serialize_with = "errors_as_list")]
     pub errors_total: BTreeMap<(String, String), u64>,
+}
+
+fn errors_as_list<S: serde::Serializer>(
+    errors: &BTreeMap<(String, String), u64>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(serde::Serialize)]
+    struct Entry<'a> {
+        source: &'a str,
+        reason: &'a str,
+        count: u64,
+    }
+    s.collect_seq(errors.iter().map(|((source, reason), &count)| Entry {
+        source,
+        reason,
+        count,
+    }))
 }
 
 /// Results of one probe target (a device port's operation, or a peer's).
@@ -343,5 +362,25 @@ mod tests {
         let h = &s.targets[0].latency_seconds;
         assert_eq!(h.bounds(), LATENCY_BUCKETS);
         assert_eq!(h.cumulative().len(), LATENCY_BUCKETS.len() + 1);
+    }
+}
+
+#[cfg(test)]
+mod discovery_stats_json {
+    use super::*;
+
+    #[test]
+    fn discovery_stats_serialize_to_json_with_errors_as_a_list() {
+        let d = DiscoveryStats {
+            peers: BTreeMap::from([("dns".to_string(), 3)]),
+            invalid_entries: BTreeMap::new(),
+            errors_total: BTreeMap::from([(("dns".to_string(), "no_records".to_string()), 2)]),
+        };
+        let v = serde_json::to_value(&d).expect("DiscoveryStats is JSON");
+        assert_eq!(
+            v["errors_total"],
+            serde_json::json!([{"source": "dns", "reason": "no_records", "count": 2}])
+        );
+        assert_eq!(v["peers"]["dns"], 3);
     }
 }
