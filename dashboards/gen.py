@@ -502,13 +502,11 @@ PAIR_RULES = [
      f'max by ({PAIR}) (rdma_probe_latency_last_seconds{{kind="peer", stat="typical"}})'),
     ("rdma:probe_pair_latency_seconds:p99",
      f'max by ({PAIR}) (rdma_probe_latency_last_seconds{{kind="peer", stat="p99"}})'),
-    # Failed runs over all runs in 5 minutes (0 when none failed).
+    # Lost probe requests over sent ones in 5 minutes (UD: a request without its echo within
+    # the timeout; RC: the requests of a failed run). No series for a pair that sent nothing.
     ("rdma:probe_pair_loss:ratio5m",
-     f'(sum by ({PAIR}) (increase(rdma_probe_failures_total{{kind="peer"}}[5m]))\n'
-     f'  or sum by ({PAIR}) (increase(rdma_probe_runs_total{{kind="peer"}}[5m])) * 0)\n'
-     f'/ (sum by ({PAIR}) (increase(rdma_probe_runs_total{{kind="peer"}}[5m]))\n'
-     f'  + (sum by ({PAIR}) (increase(rdma_probe_failures_total{{kind="peer"}}[5m]))\n'
-     f'     or sum by ({PAIR}) (increase(rdma_probe_runs_total{{kind="peer"}}[5m])) * 0))'),
+     f'sum by ({PAIR}) (increase(rdma_probe_lost_total{{kind="peer"}}[5m]))\n'
+     f'/ (sum by ({PAIR}) (increase(rdma_probe_sent_total{{kind="peer"}}[5m])) > 0)'),
     # The pair's own baseline: the median of its typical latency over the last day.
     ("rdma:probe_pair_latency_seconds:baseline1d",
      "quantile_over_time(0.5, rdma:probe_pair_latency_seconds:typical[1d])"),
@@ -521,10 +519,11 @@ PAIR_ALERTS = [
      "{{ $labels.peer_rack }}) for 2 minutes: the peer is down, unreachable over RDMA, or its "
      "rdmad is not running. Many alerts with the same peer name the peer; many with the same "
      "instance name the prober's own link. See the RDMA / Pingmesh dashboard."),
-    ("RdmaPairLoss", "rdma:probe_pair_loss:ratio5m > 0.05", "5m", "warning",
+    ("RdmaPairLoss", "rdma:probe_pair_loss:ratio5m > 0.02", "5m", "warning",
      "Probe loss {{ $value | humanizePercentage }} from {{ $labels.instance }} to {{ $labels.peer }}",
-     "More than 5% of the probe runs from {{ $labels.instance }} to {{ $labels.peer }} failed "
-     "over 5 minutes. Compare the pair's row and column in the RDMA / Pingmesh matrix: loss on "
+     "More than 2% of the probe requests from {{ $labels.instance }} to {{ $labels.peer }} got "
+     "no answer within the timeout over 5 minutes (rdma_probe_lost_total over "
+     "rdma_probe_sent_total). Compare the pair's row and column in the RDMA / Pingmesh matrix: loss on "
      "every pair of one host points at that host's link."),
     ("RdmaPairLatencyAboveBaseline",
      "rdma:probe_pair_latency_seconds:typical\n  > 2 * rdma:probe_pair_latency_seconds:baseline1d",
@@ -559,8 +558,8 @@ def pingmesh():
                  'rdma:probe_pair_latency_seconds:typical{instance=~"$instance"}', "s",
                  [{"color": "green", "value": None}, {"color": "orange", "value": 0.0001},
                   {"color": "red", "value": 0.001}]), w=12, h=10)
-    b.add(matrix("Loss matrix (failed runs, 5m)", "Share of failed probe runs per pair over 5 "
-                 "minutes (rdma:probe_pair_loss:ratio5m).",
+    b.add(matrix("Loss matrix (lost requests, 5m)", "Share of probe requests per pair without "
+                 "an answer within the timeout over 5 minutes (rdma:probe_pair_loss:ratio5m).",
                  'rdma:probe_pair_loss:ratio5m{instance=~"$instance"}', "percentunit",
                  [{"color": "green", "value": None}, {"color": "orange", "value": 0.01},
                   {"color": "red", "value": 0.05}]), w=12, h=10)
@@ -576,8 +575,8 @@ def pingmesh():
                      "per destination rack (peer_rack, from the peers file).",
                      'avg by (peer_rack) (rdma:probe_pair_latency_seconds:typical{instance=~"$instance"})',
                      "{{peer_rack}}", unit="s"))
-    b.add(timeseries("Probe loss by destination rack", "Mean failed-run share per destination "
-                     "rack.",
+    b.add(timeseries("Probe loss by destination rack", "Mean lost-request share per "
+                     "destination rack.",
                      'avg by (peer_rack) (rdma:probe_pair_loss:ratio5m{instance=~"$instance"})',
                      "{{peer_rack}}", unit="percentunit"))
     b.add(timeseries("Peers discovered", "Peers per discovery source (static, dns, file) and "
