@@ -3,13 +3,15 @@
 //! errors, and log2 histograms of MR registration latency and size. rdmad polls
 //! [`TraceCollector::snapshot`] at scrape time; nothing is exported from here.
 //!
-//! Cardinality: `comm` is bounded by [`MAX_COMMS`]; later names count as `other`.
+//! Cardinality: `comm` is bounded by [`MAX_COMMS`] and the cgroup by [`MAX_CGROUPS`]; later
+//! values count as `other`.
 use crate::event::{EventKind, TraceEvent};
 use crate::probes::ProbeReport;
 use crate::tracer::{Selection, TraceError, Tracer};
 use rdmakit::histogram::Histogram;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -17,6 +19,10 @@ use std::time::Duration;
 
 /// Distinct `comm` values kept before the rest is folded into `other`.
 pub const MAX_COMMS: usize = 128;
+
+/// Distinct cgroup paths kept before the rest is folded into `other` (the owners
+/// collector's default cap on owners is of the same order).
+pub const MAX_CGROUPS: usize = 128;
 
 /// Power-of-two bounds of the MR registration histograms: `1, 2, 4, ..., 2^64` (a value `v`
 /// is counted under the smallest power of two `>= v`; 0 and 1 under 1; every `u64` below
@@ -28,13 +34,17 @@ pub fn power_of_two_histogram() -> Histogram {
     Histogram::exponential(1.0, 2.0, POWER_OF_TWO_BOUNDS)
 }
 
-/// Events of one kind by one process name on one device.
+/// Events of one kind by one process name (in one cgroup) on one device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EventCount {
     /// Event kind.
     pub kind: EventKind,
     /// Process name (or `other` past [`MAX_COMMS`]).
     pub comm: String,
+    /// The process's cgroup path (`""` unknown, `other` past [`MAX_CGROUPS`]).
+    pub cgroup: String,
+    /// The pod UID its cgroup path names (`""` outside Kubernetes or unknown).
+    pub pod_uid: String,
     /// Device (`-` when unknown).
     pub device: String,
     /// Events.
@@ -101,11 +111,15 @@ pub struct TraceStats {
     pub dropped: u64,
 }
 
+/// Events are counted per kind, comm, cgroup, pod UID and device.
+type EventKey = (EventKind, String, String, String, String);
+
 /// Folds events into [`TraceStats`]; usable without a tracer (tests, replays).
 #[derive(Debug, Default)]
 pub struct Aggregator {
     comms: BTreeSet<String>,
-    events: BTreeMap<(EventKind, String, String), (u64, u64)>,
+    cgroups: BTreeSet<String>,
+    events: BTreeMap<EventKey, (u64, u64)>,
     transitions: BTreeMap<(String, String, String), u64>,
     errors: BTreeMap<(EventKind, String, String), u64>,
     asyncs: BTreeMap<(String, String), u64>,
@@ -127,9 +141,17 @@ impl Aggregator {
         } else {
             "other".to_string()
         };
+        let (cgroup, pod_uid) = match &ev.cgroup {
+            None => (String::new(), String::new()),
+            Some(c) if self.cgroups.contains(c) || self.cgroups.len() < MAX_CGROUPS => {
+                self.cgroups.insert(c.clone());
+                (c.clone(), ev.pod_uid.clone().unwrap_or_default())
+            }
+            Some(_) => ("other".to_string(), String::new()),
+        };
         let slot = self
             .events
-            .entry((ev.kind, comm, device.clone()))
+            .entry((ev.kind, comm, cgroup, pod_uid, device.clone()))
             .or_default();
         slot.0 += 1;
         if let Some(err) = ev.error {
@@ -178,13 +200,17 @@ impl Aggregator {
             events: self
                 .events
                 .iter()
-                .map(|((kind, comm, device), (count, errors))| EventCount {
-                    kind: *kind,
-                    comm: comm.clone(),
-                    device: device.clone(),
-                    count: *count,
-                    errors: *errors,
-                })
+                .map(
+                    |((kind, comm, cgroup, pod_uid, device), (count, errors))| EventCount {
+                        kind: *kind,
+                        comm: comm.clone(),
+                        cgroup: cgroup.clone(),
+                        pod_uid: pod_uid.clone(),
+                        device: device.clone(),
+                        count: *count,
+                        errors: *errors,
+                    },
+                )
                 .collect(),
             qp_transitions: self
                 .transitions
@@ -248,7 +274,17 @@ impl std::fmt::Debug for TraceCollector {
 impl TraceCollector {
     /// Start tracing in a background thread; returns once the probes are attached (or
     /// with the reason they cannot be: no BPF support, no privileges, nothing to attach).
+    /// Each event's process is looked up in `/proc` for its cgroup.
     pub fn start(selection: Selection) -> Result<TraceCollector, TraceError> {
+        TraceCollector::start_with_procfs(selection, PathBuf::from("/proc"))
+    }
+
+    /// [`start`](TraceCollector::start), with the cgroup of each event's process read under
+    /// `procfs` (rdmad's `--path.procfs`).
+    pub fn start_with_procfs(
+        selection: Selection,
+        procfs: PathBuf,
+    ) -> Result<TraceCollector, TraceError> {
         if !crate::bpf_support() {
             return Err(TraceError::NoBpfSupport);
         }
@@ -260,7 +296,7 @@ impl TraceCollector {
             let stop = Arc::clone(&stop);
             std::thread::Builder::new()
                 .name("rdma-trace".into())
-                .spawn(move || run(selection, shared, stop, ready_tx))
+                .spawn(move || run(selection, procfs, shared, stop, ready_tx))
                 .map_err(|e| TraceError::Load(format!("cannot spawn the tracer thread: {e}")))?
         };
         match ready_rx.recv() {
@@ -303,6 +339,7 @@ impl Drop for TraceCollector {
 
 fn run(
     selection: Selection,
+    procfs: PathBuf,
     shared: Arc<Mutex<Shared>>,
     stop: Arc<AtomicBool>,
     ready: mpsc::Sender<Result<(), TraceError>>,
@@ -318,7 +355,11 @@ fn run(
     let _ = ready.send(Ok(()));
     let mut batch = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        let res = tracer.poll(Duration::from_millis(200), &mut |ev| batch.push(ev));
+        let res = tracer.poll(Duration::from_millis(200), &mut |mut ev| {
+            // Read now, while the process most likely still runs (outside the lock).
+            ev.resolve_cgroup(&procfs);
+            batch.push(ev);
+        });
         let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
         for ev in batch.drain(..) {
             s.agg.add(&ev);
@@ -426,6 +467,79 @@ mod tests {
         assert_eq!(s.events.len(), MAX_COMMS + 1);
         let other = s.events.iter().find(|e| e.comm == "other").unwrap();
         assert_eq!(other.count, 5);
+    }
+
+    /// rdmakit's captured /proc tree of RDMA owners (containerd, CRI-O, Docker, a session).
+    fn proc_owners() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rdmakit/tests/data/proc-owners")
+    }
+
+    fn ev_of(pid: u32, comm: &str) -> TraceEvent {
+        let mut e = ev(3, comm, 0xff, 0, 0);
+        e.pid = pid;
+        e
+    }
+
+    #[test]
+    fn events_carry_the_cgroup_and_pod_of_their_process() {
+        let root = proc_owners();
+        let mut agg = Aggregator::default();
+        // 101: containerd under the systemd driver; 110: a login session; 4242: exited.
+        for (pid, comm) in [
+            (101, "ib_write_bw"),
+            (101, "ib_write_bw"),
+            (110, "rping"),
+            (4242, "gone"),
+        ] {
+            let mut e = ev_of(pid, comm);
+            e.resolve_cgroup(&root);
+            agg.add(&e);
+        }
+        let s = agg.stats(&[], 0);
+        let find = |comm: &str| s.events.iter().find(|e| e.comm == comm).unwrap();
+        let bw = find("ib_write_bw");
+        assert_eq!(bw.count, 2);
+        assert!(
+            bw.cgroup
+                .starts_with("/kubepods.slice/kubepods-burstable.slice/")
+                && bw.cgroup.ends_with(".scope"),
+            "{bw:?}"
+        );
+        assert_eq!(bw.pod_uid, "1b2c3d4e-5f60-4718-92a3-b4c5d6e7f809");
+        let rping = find("rping");
+        assert_eq!(
+            (rping.cgroup.as_str(), rping.pod_uid.as_str()),
+            ("/user.slice/user-0.slice/session-1.scope", "")
+        );
+        let gone = find("gone");
+        assert_eq!((gone.cgroup.as_str(), gone.pod_uid.as_str()), ("", ""));
+        // The JSON an `rdmactl trace --json` line carries.
+        let mut e = ev_of(101, "ib_write_bw");
+        e.resolve_cgroup(&root);
+        let v: serde_json::Value = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["pod_uid"], "1b2c3d4e-5f60-4718-92a3-b4c5d6e7f809");
+        assert!(v["cgroup"].as_str().unwrap().contains("cri-containerd-"));
+        let mut e = ev_of(4242, "gone");
+        e.resolve_cgroup(&root);
+        let v: serde_json::Value = serde_json::to_value(&e).unwrap();
+        assert!(
+            v.get("cgroup").is_none() && v.get("pod_uid").is_none(),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn cgroup_cardinality_is_bounded() {
+        let mut agg = Aggregator::default();
+        for i in 0..MAX_CGROUPS + 3 {
+            let mut e = ev(3, "app", 0xff, 0, 0);
+            e.cgroup = Some(format!("/job-{i}"));
+            agg.add(&e);
+        }
+        let s = agg.stats(&[], 0);
+        assert_eq!(s.events.len(), MAX_CGROUPS + 1);
+        let other = s.events.iter().find(|e| e.cgroup == "other").unwrap();
+        assert_eq!((other.count, other.pod_uid.as_str()), (3, ""));
     }
 
     #[cfg(not(feature = "bpf"))]

@@ -243,6 +243,14 @@ pub struct TraceEvent {
     /// rdma_cma tracepoint name (`cm_event_handler`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tracepoint: Option<String>,
+    /// The process's cgroup path, read from `/proc/<pid>/cgroup` when the event was received
+    /// ([`TraceEvent::resolve_cgroup`]); `None`: not looked up, no cgroup hierarchy mounted,
+    /// or the process had already exited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    /// The Kubernetes pod UID the cgroup path names, where it follows the kubelet's layout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
 }
 
 /// Why a ring buffer record was not an event.
@@ -356,6 +364,8 @@ pub fn parse_raw(
         },
         port: (kind == EventKind::AsyncDevice).then_some(port),
         tracepoint,
+        cgroup: None,
+        pod_uid: None,
     })
 }
 
@@ -433,6 +443,27 @@ impl TraceEvent {
             s.push_str(&format!(" {word} {} ({e})", errno_name(e)));
         }
         s
+    }
+
+    /// Fill [`cgroup`](TraceEvent::cgroup) and [`pod_uid`](TraceEvent::pod_uid) from
+    /// `<proc_root>/<pid>/cgroup` (the owners collector's parser: one reading of cgroup paths).
+    /// A process that already exited, an empty file (no hierarchy mounted) or a malformed one
+    /// leaves both `None`. For async events the pid is whatever ran the handler.
+    pub fn resolve_cgroup(&mut self, proc_root: &std::path::Path) {
+        if self.pid == 0 {
+            return;
+        }
+        let path = proc_root.join(self.pid.to_string()).join("cgroup");
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return;
+        };
+        if text.trim().is_empty() {
+            return;
+        }
+        if let Ok(cgroup) = rdmakit::owner::parse_proc_cgroup(&text) {
+            self.pod_uid = rdmakit::owner::container_ids(&cgroup).pod_uid;
+            self.cgroup = Some(cgroup);
+        }
     }
 
     /// One gadget line: time, pid, comm, device, what.

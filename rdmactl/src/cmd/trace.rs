@@ -1,8 +1,8 @@
 //! `rdmactl trace qp|mr|all [--json]`: stream the RDMA control path live, like a gadget.
 //!
-//! One line per event (time, pid, comm, device, what): QP transitions as FROM->TO, failed
-//! calls with their errno, MR registrations with size and latency, async events, rdma_cma
-//! events. The kernel side is rdma-trace's BPF programs (kprobes on ib_uverbs/ib_core);
+//! One line per event (time, pid, comm, device, what; `--json` adds the process's cgroup and
+//! pod UID): QP transitions as FROM->TO, failed calls with their errno, MR registrations with
+//! size and latency, async events, rdma_cma events. The kernel side is rdma-trace's BPF programs (kprobes on ib_uverbs/ib_core);
 //! this binary must be built with its `bpf` feature and run with CAP_BPF + CAP_PERFMON (or
 //! as root). Which probes attached goes to stderr, events to stdout. Exit 1 with the reason
 //! when tracing cannot start.
@@ -10,6 +10,7 @@ use anyhow::Result;
 use clap::ValueEnum;
 use rdma_trace::{ProbeStatus, Selection, TraceError, Tracer};
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -80,10 +81,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     eprintln!("rdmactl trace: ready (Ctrl-C to stop)");
     let mut io_error = None;
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
-        tracer.poll(Duration::from_millis(100), &mut |ev| {
+        tracer.poll(Duration::from_millis(100), &mut |mut ev| {
             if io_error.is_some() || args.pid.is_some_and(|p| p != ev.pid) {
                 return;
             }
+            // The process's cgroup (and pod), read while it most likely still runs.
+            ev.resolve_cgroup(Path::new("/proc"));
             let mut out = stdout.lock();
             let res = if args.json {
                 serde_json::to_string(&ev)

@@ -6,8 +6,10 @@
 //! The tracer is started once, when the collector is built, and runs in its own thread;
 //! every scrape reads its totals ([`TraceCollector::snapshot`]) and exports:
 //!
-//! - `rdma_trace_events_total{kind,comm,device}`: control-path calls and events by kind
-//!   (`mr_reg`, `qp_modify`, ...), process name and device;
+//! - `rdma_trace_events_total{kind,comm,cgroup,pod_uid,device}`: control-path calls and
+//!   events by kind (`mr_reg`, `qp_modify`, ...), process name, the process's cgroup path
+//!   and Kubernetes pod UID (read from `--path.procfs` as each event arrives; `""` when
+//!   unknown) and device;
 //! - `rdma_trace_qp_transitions_total{device,from,to}`: successful QP state changes
 //!   (`from="?"` for a QP created before the tracer started);
 //! - `rdma_trace_call_errors_total{kind,device,error}`: failed calls by symbolic errno;
@@ -16,8 +18,9 @@
 //! - `rdma_trace_mr_reg_latency_seconds{device}` and `rdma_trace_mr_reg_size_bytes{device}`:
 //!   histograms of successful MR registrations (power-of-two buckets).
 //!
-//! Keys and addresses are never exported (the snapshot holds none). `comm` is capped by the
-//! tracer at [`rdma_trace::collector::MAX_COMMS`] distinct values (later ones are `other`).
+//! Keys and addresses are never exported (the snapshot holds none). `comm` and `cgroup` are capped
+//! by the tracer at [`rdma_trace::collector::MAX_COMMS`] and
+//! [`rdma_trace::collector::MAX_CGROUPS`] distinct values (later ones are `other`).
 //! The device filter applies to the `device` label (`-`, an unknown device, is kept).
 //!
 //! When the tracer cannot start (no `bpf` feature, no privileges, nothing to attach) the
@@ -35,7 +38,7 @@ use crate::metrics::{Declared, Histogram, MetricSet, Value};
 /// The families this collector adds (all of them: see [`CollectorSpec::metrics`]).
 const EVENTS: Declared = Declared::counter(
     "rdma_trace_events",
-    "RDMA control-path calls and events seen by the eBPF tracer, by kind, process name and device",
+    "RDMA control-path calls and events seen by the eBPF tracer, by kind, process name, its cgroup and pod, and device",
 );
 const QP_TRANSITIONS: Declared = Declared::counter(
     "rdma_trace_qp_transitions",
@@ -74,7 +77,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
 };
 
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
-    let tracer = match TraceCollector::start(Selection::All) {
+    let tracer = match TraceCollector::start_with_procfs(Selection::All, config.procfs.clone()) {
         Ok(tracer) => {
             tracing::info!(collector = SPEC.name, "eBPF tracer started");
             Ok(tracer)
@@ -150,6 +153,8 @@ pub(crate) fn export(
             vec![
                 ("kind", e.kind.name().to_string()),
                 ("comm", e.comm.clone()),
+                ("cgroup", e.cgroup.clone()),
+                ("pod_uid", e.pod_uid.clone()),
                 ("device", e.device.clone()),
             ],
             Value::Int(e.count),
@@ -227,6 +232,8 @@ mod tests {
                 EventCount {
                     kind: EventKind::QpModify,
                     comm: "ib_write_bw".into(),
+                    cgroup: "/kubepods.slice/kubepods-pod0c6d6f50_5a4e_4c0b_9a43_2f1d5e8b7a61.slice/cri-containerd-0123.scope".into(),
+                    pod_uid: "0c6d6f50-5a4e-4c0b-9a43-2f1d5e8b7a61".into(),
                     device: "rxe0".into(),
                     count: 4,
                     errors: 1,
@@ -234,6 +241,8 @@ mod tests {
                 EventCount {
                     kind: EventKind::MrReg,
                     comm: "other".into(),
+                    cgroup: String::new(),
+                    pod_uid: String::new(),
                     device: "-".into(),
                     count: 2,
                     errors: 0,
@@ -241,6 +250,8 @@ mod tests {
                 EventCount {
                     kind: EventKind::MrReg,
                     comm: "app".into(),
+                    cgroup: "/app".into(),
+                    pod_uid: String::new(),
                     device: "mlx5_0".into(),
                     count: 9,
                     errors: 0,
@@ -291,8 +302,8 @@ mod tests {
         export(&stats(), &rxe_only(), &mut set).unwrap();
         let text = set.encode(Format::Text);
         for line in [
-            "rdma_trace_events_total{kind=\"qp_modify\",comm=\"ib_write_bw\",device=\"rxe0\"} 4\n",
-            "rdma_trace_events_total{kind=\"mr_reg\",comm=\"other\",device=\"-\"} 2\n",
+            "rdma_trace_events_total{kind=\"qp_modify\",comm=\"ib_write_bw\",cgroup=\"/kubepods.slice/kubepods-pod0c6d6f50_5a4e_4c0b_9a43_2f1d5e8b7a61.slice/cri-containerd-0123.scope\",pod_uid=\"0c6d6f50-5a4e-4c0b-9a43-2f1d5e8b7a61\",device=\"rxe0\"} 4\n",
+            "rdma_trace_events_total{kind=\"mr_reg\",comm=\"other\",cgroup=\"\",pod_uid=\"\",device=\"-\"} 2\n",
             "rdma_trace_qp_transitions_total{device=\"rxe0\",from=\"RTS\",to=\"ERR\"} 3\n",
             "rdma_trace_qp_transitions_total{device=\"rxe0\",from=\"?\",to=\"INIT\"} 1\n",
             "rdma_trace_call_errors_total{kind=\"qp_modify\",device=\"rxe0\",error=\"EINVAL\"} 1\n",

@@ -558,3 +558,111 @@ fn trace_qp_shows_the_qp_errors_experiments_transitions_with_its_pid_and_comm() 
         assert_eq!(e["device"], LAB_DEVICE, "{e}");
     }
 }
+
+/// A cgroup v2 directory for one test, removed (after its processes exited) on drop.
+struct TestCgroup(std::path::PathBuf);
+
+impl TestCgroup {
+    fn new(name: &str) -> TestCgroup {
+        let root = std::path::Path::new("/sys/fs/cgroup");
+        if !root.join("cgroup.controllers").exists() {
+            let out = Command::new("mount")
+                .args(["-t", "cgroup2", "none", "/sys/fs/cgroup"])
+                .output()
+                .expect("FAIL: cannot run mount");
+            assert!(
+                out.status.success(),
+                "FAIL: mounting cgroup2 at /sys/fs/cgroup: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let dir = root.join(name);
+        if dir.exists() {
+            std::fs::remove_dir(&dir).expect("FAIL: a stale test cgroup that cannot be removed");
+        }
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("FAIL: mkdir {}: {e}", dir.display()));
+        TestCgroup(dir)
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn trace_and_rdmad_name_the_cgroup_of_the_calling_process() {
+    let cgroup = TestCgroup::new("trace-live");
+    let rdmad = Rdmad::start_with(
+        &["--collector.trace"],
+        RdmadOptions {
+            startup: Duration::from_secs(60),
+            ..RdmadOptions::default()
+        },
+    );
+    let trace = start_trace("mr");
+    // The shell joins the cgroup, then becomes the experiment (same pid, comm "rdmactl").
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {} experiment run qp-errors --json --device {LAB_DEVICE}",
+        cgroup.0.display(),
+        rdmactl_bin().display()
+    );
+    let experiment = Command::new("sh")
+        .args(["-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("FAIL: cannot start sh");
+    let pid = experiment.id();
+    let out = experiment
+        .wait_with_output()
+        .expect("wait for the experiment");
+    assert!(
+        out.status.success(),
+        "FAIL: qp-errors in the cgroup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = trace.until(
+        "an MR registration of the experiment with its cgroup",
+        |evs| {
+            evs.iter()
+                .any(|e| e["pid"] == pid && e["kind"] == "mr_reg" && e["cgroup"] == "/trace-live")
+        },
+    );
+    for e in events.iter().filter(|e| e["pid"] == pid) {
+        // Read while the process ran: every event of it has the cgroup, and no pod (not
+        // a Kubernetes path).
+        assert_eq!(e["cgroup"], "/trace-live", "{e}");
+        assert!(e.get("pod_uid").is_none(), "{e}");
+    }
+
+    // rdmad's tracer thread folds events every 200 ms: allow it a few rounds.
+    let ours = |text: &str| -> f64 {
+        text.lines()
+            .filter(|l| {
+                l.starts_with("rdma_trace_events_total{")
+                    && l.contains("comm=\"rdmactl\"")
+                    && l.contains("cgroup=\"/trace-live\"")
+                    && l.contains("pod_uid=\"\"")
+            })
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = rdmad.scrape().text;
+        if ours(&text) > 0.0 || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        ours(&text) > 0.0,
+        "FAIL: no rdma_trace_events_total{{comm=\"rdmactl\",cgroup=\"/trace-live\"}} > 0:\n{}",
+        text.lines()
+            .filter(|l| l.starts_with("rdma_trace_events_total"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
