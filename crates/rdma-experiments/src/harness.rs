@@ -169,6 +169,25 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    /// A counter reading once the counters stopped moving (two readings 20 ms apart with no
+    /// change), or the last one after 1 s of movement (traffic that is not this
+    /// experiment's); the first error ends the wait.
+    fn settled_read(&mut self) -> Result<Snapshot, String> {
+        const GAP: Duration = Duration::from_millis(20);
+        const BOUND: Duration = Duration::from_secs(1);
+        let started = Instant::now();
+        std::thread::sleep(Duration::from_millis(5));
+        let mut last = self.probe.read()?;
+        loop {
+            std::thread::sleep(GAP);
+            let now = self.probe.read()?;
+            if changes(&last, &now, self.catalog).is_empty() || started.elapsed() >= BOUND {
+                return Ok(now);
+            }
+            last = now;
+        }
+    }
+
     /// Close the open part, if any.
     pub(crate) fn end_part(&mut self, ctx: Option<&Context>) {
         let Some((decl, before, started)) = self.current.take() else {
@@ -187,9 +206,12 @@ impl<'a> Run<'a> {
                 wait = Duration::ZERO;
             }
         }
-        // Let the last acknowledgements land before reading.
-        std::thread::sleep(Duration::from_millis(5));
-        let all = match (before, self.probe.read()) {
+        // Let the last packets of the part land before reading: rxe counts them in softirq
+        // and tasklet context, which a loaded (TCG) host can delay well past the completion,
+        // and a straggler read late lands in the next part's window (seen: a "nothing sent"
+        // part with rcvd_pkts moved). Read until two readings 20 ms apart agree, at most 1 s.
+        let after = self.settled_read();
+        let all = match (before, after) {
             (Some(b), Ok(a)) => changes(&b, &a, self.catalog),
             (_, Err(e)) => {
                 self.counter_note = Some(e);
