@@ -453,14 +453,7 @@ impl TraceEvent {
         if self.pid == 0 {
             return;
         }
-        let path = proc_root.join(self.pid.to_string()).join("cgroup");
-        let Ok(text) = std::fs::read_to_string(path) else {
-            return;
-        };
-        if text.trim().is_empty() {
-            return;
-        }
-        if let Ok(cgroup) = rdmakit::owner::parse_proc_cgroup(&text) {
+        if let Ok(Some(cgroup)) = rdmakit::owner::read_cgroup(proc_root, self.pid) {
             self.pod_uid = rdmakit::owner::container_ids(&cgroup).pod_uid;
             self.cgroup = Some(cgroup);
         }

@@ -132,23 +132,30 @@ pub fn read_owner(proc_root: &Path, pid: u32) -> Result<Owner, OwnerError> {
             detail: "empty command name".into(),
         });
     }
-    let cgroup_path = dir.join("cgroup");
-    let cgroup = match read_small(&cgroup_path, pid) {
-        // An empty file: the kernel has cgroups but no hierarchy is mounted (the lab's VM
-        // before a test mounts cgroup2): no cgroup, and the process still has a name.
-        Ok(text) if text.trim().is_empty() => None,
-        Ok(text) => Some(
-            parse_proc_cgroup(&text).map_err(|detail| OwnerError::Malformed {
-                path: cgroup_path,
-                detail,
-            })?,
-        ),
-        // No cgroup file (a kernel without cgroups): the process still has a name.
-        Err(OwnerError::Gone { .. }) if dir.is_dir() => None,
-        Err(e) => return Err(e),
-    };
+    let cgroup = read_cgroup(proc_root, pid)?;
     let ids = cgroup.as_deref().map(container_ids).unwrap_or_default();
     Ok(Owner { comm, cgroup, ids })
+}
+
+/// The cgroup path of process `pid` from `<proc_root>/<pid>/cgroup`; `None` when the process
+/// is in no mounted hierarchy (an empty file) or the kernel has no cgroups (no file).
+pub fn read_cgroup(proc_root: &Path, pid: u32) -> Result<Option<String>, OwnerError> {
+    let dir = proc_root.join(pid.to_string());
+    let cgroup_path = dir.join("cgroup");
+    match read_small(&cgroup_path, pid) {
+        // An empty file: the kernel has cgroups but no hierarchy is mounted (the lab's VM
+        // before a test mounts cgroup2): no cgroup, and the process still has a name.
+        Ok(text) if text.trim().is_empty() => Ok(None),
+        Ok(text) => parse_proc_cgroup(&text)
+            .map(Some)
+            .map_err(|detail| OwnerError::Malformed {
+                path: cgroup_path,
+                detail,
+            }),
+        // No cgroup file (a kernel without cgroups): the process still has a name.
+        Err(OwnerError::Gone { .. }) if dir.is_dir() => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The cgroup path of a `/proc/<pid>/cgroup` file: the unified (v2) hierarchy's entry
