@@ -5,6 +5,7 @@
 //! exposition).
 #![forbid(unsafe_code)]
 
+pub mod cgroup;
 pub mod fabric;
 
 use serde_json::Value;

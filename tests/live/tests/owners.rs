@@ -9,6 +9,7 @@
 //! The lab kernel (Debian 6.1) has the rdma cgroup controller; this test mounts cgroup v2 at
 //! /sys/fs/cgroup if the lab did not, and fails (never skips) without the controller.
 
+use live_tests::cgroup::TestCgroup;
 use live_tests::{parse_exposition, rdma_json, rdmactl_bin, rdmad_bin, LAB_DEVICE};
 use rdma_verbs::AccessFlags;
 use std::collections::BTreeMap;
@@ -18,25 +19,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
-const CGROUP_ROOT: &str = "/sys/fs/cgroup";
-
 /// The tests share the cgroup tree: one at a time.
 static CGROUPS: Mutex<()> = Mutex::new(());
 
 /// The cgroup v2 root with the rdma controller enabled for its children.
 fn cgroup_root() -> PathBuf {
-    let root = PathBuf::from(CGROUP_ROOT);
-    if !root.join("cgroup.controllers").exists() {
-        let out = Command::new("mount")
-            .args(["-t", "cgroup2", "none", CGROUP_ROOT])
-            .output()
-            .expect("FAIL: cannot run mount");
-        assert!(
-            out.status.success(),
-            "FAIL: mounting cgroup2 at {CGROUP_ROOT}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let root = live_tests::cgroup::mounted_root();
     let controllers = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap();
     assert!(
         controllers.split_whitespace().any(|c| c == "rdma"),
@@ -53,20 +41,15 @@ fn cgroup_root() -> PathBuf {
     root
 }
 
-/// A fresh child cgroup `name` of the root.
-fn fresh_cgroup(root: &Path, name: &str) -> PathBuf {
-    let dir = root.join(name);
-    if dir.exists() {
-        std::fs::remove_dir(&dir)
-            .unwrap_or_else(|e| panic!("FAIL: removing the old {}: {e}", dir.display()));
-    }
-    std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("FAIL: mkdir {}: {e}", dir.display()));
+/// A fresh child cgroup `name` of the root, with the rdma controller's files.
+fn fresh_cgroup(root: &Path, name: &str) -> TestCgroup {
+    let cg = TestCgroup::new(root, name);
     assert!(
-        dir.join("rdma.max").exists(),
+        cg.dir.join("rdma.max").exists(),
         "no rdma.max in {}",
-        dir.display()
+        cg.dir.display()
     );
-    dir
+    cg
 }
 
 /// What a holder reported once it held its objects.
@@ -270,10 +253,12 @@ const OWNER_ARGS: &[&str] = &[
 fn per_owner_counts_equal_rdma_res_show_and_carry_the_cgroup() {
     let _one = CGROUPS.lock().unwrap_or_else(|e| e.into_inner());
     let root = cgroup_root();
-    let a_dir = fresh_cgroup(&root, "live-owners-a");
-    let b_dir = fresh_cgroup(&root, "live-owners-b");
-    let a = hold(&a_dir, 3, 2, 1, false);
-    let b = hold(&b_dir, 5, 1, 0, false);
+    let a_cg = fresh_cgroup(&root, "live-owners-a");
+    let a_dir = &a_cg.dir;
+    let b_cg = fresh_cgroup(&root, "live-owners-b");
+    let b_dir = &b_cg.dir;
+    let a = hold(a_dir, 3, 2, 1, false);
+    let b = hold(b_dir, 5, 1, 0, false);
     assert_eq!((a.held.qps, a.held.mrs), (3, 2));
     assert_eq!((b.held.qps, b.held.mrs), (5, 1));
 
@@ -362,18 +347,17 @@ fn per_owner_counts_equal_rdma_res_show_and_carry_the_cgroup() {
     assert!(line.contains("cgroup /live-owners-a"), "{line}");
     assert!(line.contains(&format!("pid {}", a.held.pid)), "{line}");
     drop((a, b));
-    let _ = std::fs::remove_dir(&a_dir);
-    let _ = std::fs::remove_dir(&b_dir);
 }
 
 #[test]
 fn rdma_max_stops_the_next_create_and_the_doctor_names_the_cgroup() {
     let _one = CGROUPS.lock().unwrap_or_else(|e| e.into_inner());
     let root = cgroup_root();
-    let dir = fresh_cgroup(&root, "live-owners-limited");
+    let cg = fresh_cgroup(&root, "live-owners-limited");
+    let dir = &cg.dir;
     const N: u64 = 6;
     std::fs::write(dir.join("rdma.max"), format!("{LAB_DEVICE} hca_object={N}")).unwrap();
-    let h = hold(&dir, 50, 0, 0, true);
+    let h = hold(dir, 50, 0, 0, true);
     let failed = h.held.failed.clone().unwrap_or_else(|| {
         panic!(
             "the holder created {} QPs under hca_object={N} without a failure",
@@ -426,5 +410,4 @@ fn rdma_max_stops_the_next_create_and_the_doctor_names_the_cgroup() {
         "doctor does not name the cgroup at its limit:\n{text}"
     );
     drop(h);
-    let _ = std::fs::remove_dir(&dir);
 }

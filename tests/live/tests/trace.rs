@@ -8,6 +8,7 @@
 //!
 //! Needs an rdmactl built with `--features bpf` (and verbs) and rxe0, rxe_a, rxe_b (the
 //! `lab test` boot has all three). A missing device or a tracer that cannot start fails.
+use live_tests::cgroup::TestCgroup;
 use live_tests::{rdmactl_bin, Rdmad, RdmadOptions, LAB_DEVICE};
 use rdma_verbs::{
     AccessFlags, Context, GidType, QueuePair, RcLink, RtsParams, SendOp, Sge, WcStatus,
@@ -559,41 +560,9 @@ fn trace_qp_shows_the_qp_errors_experiments_transitions_with_its_pid_and_comm() 
     }
 }
 
-/// A cgroup v2 directory for one test, removed (after its processes exited) on drop.
-struct TestCgroup(std::path::PathBuf);
-
-impl TestCgroup {
-    fn new(name: &str) -> TestCgroup {
-        let root = std::path::Path::new("/sys/fs/cgroup");
-        if !root.join("cgroup.controllers").exists() {
-            let out = Command::new("mount")
-                .args(["-t", "cgroup2", "none", "/sys/fs/cgroup"])
-                .output()
-                .expect("FAIL: cannot run mount");
-            assert!(
-                out.status.success(),
-                "FAIL: mounting cgroup2 at /sys/fs/cgroup: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let dir = root.join(name);
-        if dir.exists() {
-            std::fs::remove_dir(&dir).expect("FAIL: a stale test cgroup that cannot be removed");
-        }
-        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("FAIL: mkdir {}: {e}", dir.display()));
-        TestCgroup(dir)
-    }
-}
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 #[test]
 fn trace_and_rdmad_name_the_cgroup_of_the_calling_process() {
-    let cgroup = TestCgroup::new("trace-live");
+    let cgroup = TestCgroup::new(&live_tests::cgroup::mounted_root(), "trace-live");
     let rdmad = Rdmad::start_with(
         &["--collector.trace"],
         RdmadOptions {
@@ -605,7 +574,7 @@ fn trace_and_rdmad_name_the_cgroup_of_the_calling_process() {
     // The shell joins the cgroup, then becomes the experiment (same pid, comm "rdmactl").
     let script = format!(
         "echo $$ > {}/cgroup.procs && exec {} experiment run qp-errors --json --device {LAB_DEVICE}",
-        cgroup.0.display(),
+        cgroup.dir.display(),
         rdmactl_bin().display()
     );
     let experiment = Command::new("sh")
