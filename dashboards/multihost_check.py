@@ -1,0 +1,409 @@
+#!/usr/bin/env python3
+"""The pingmesh on a real Prometheus: the host-side checks of tests/multihost-prometheus, which
+boots a 4-host lab (one rdmad per host, peers from the DNS name rdmad.lab alone, UD probes)
+and a Prometheus on this machine that scrapes the four through the lab's forwards (the
+target labels instance=hK and host=hK) with the rules of dashboards/rules/ (`for:` shortened
+in a temporary copy). This drives the faults through `rdmactl lab fault|exec` and checks the
+results through the Prometheus HTTP API:
+
+  1. the pingmesh dashboard's matrix query (read from dashboards/rdma-pingmesh.json) returns
+     all 12 ordered pairs, every pair probed over UD;
+  2. netem loss on h3's link: only pairs with h3 show loss, RdmaPairLoss fires for exactly
+     those pairs (rule evaluation in Prometheus); their latency is measured and printed;
+  3. h4 killed: its pairs go unreachable and RdmaPeerUnreachable fires for exactly them;
+  4. h4 out of DNS: its series vanish (staleness: an instant query no longer returns them);
+  5. h4 back (restarted, in DNS again, rdmad started): every pair answers, alerts resolve;
+  6. h3 and h4 out of DNS: h1 and h2 probe one peer each with the QPs (`rdma res`) they had
+     with three (UD: one QP per device whatever the mesh), then back: the 12 pairs again.
+
+    dashboards/multihost_check.py --prometheus URL --rdmactl PATH --control SOCKET \
+        --start-rdmad-file FILE [--interval 2]
+
+Every wait is bounded; every fault is undone on the way out (netem cleared, hosts back in
+DNS; a killed h4 is restarted by the checks themselves, or ends with the lab).
+Prints one line per check and "N passed, M failed"; exits 1 on any failure.
+"""
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from live_check import DASH, api, get, resolve_vars, substitute
+
+HOSTS = ["h1", "h2", "h3", "h4"]
+PROBE_PORT = 9737
+MATRIX_PANEL = "Latency matrix (typical round trip)"
+LOSS_PANEL = "Loss matrix (lost requests, 5m)"
+LOSS_RULE = "rdma:probe_pair_loss:ratio5m"
+LOSS_THRESHOLD = 0.02  # RdmaPairLoss: rdma:probe_pair_loss:ratio5m > 0.02
+
+
+def peer_of(host):
+    return f"10.2.0.{host[1:]}:{PROBE_PORT}"
+
+
+def host_of(peer):
+    ip = peer.rsplit(":", 1)[0]
+    return "h" + ip.rsplit(".", 1)[1] if ip.startswith("10.2.0.") else peer
+
+
+ALL_PAIRS = {(a, b) for a in HOSTS for b in HOSTS if a != b}
+
+
+class Run:
+    def __init__(self, a):
+        self.base = a.prometheus.rstrip("/")
+        self.rdmactl = a.rdmactl
+        self.control = a.control
+        self.start_rdmad = Path(a.start_rdmad_file).read_text().strip()
+        self.interval = a.interval
+        self.passed = 0
+        self.failed = 0
+        self.netem_on = False
+        self.dns_out = set()
+        self.qps_3_peers = {}
+
+    # -- results
+    def check(self, name, ok, detail):
+        if ok:
+            self.passed += 1
+            print(f"ok {name}: {detail}", flush=True)
+        else:
+            self.failed += 1
+            print(f"FAILED {name}: {detail}", flush=True)
+        return ok
+
+    # -- the lab
+    def lab(self, *args, timeout=120):
+        cmd = [self.rdmactl, "lab", *args[:1], "--control", self.control, *args[1:]]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return r.returncode, (r.stdout + r.stderr).strip()
+
+    def fault(self, *words, timeout=120):
+        code, out = self.lab("fault", *words, timeout=timeout)
+        print(f"   fault {' '.join(words)}: {out.splitlines()[-1] if out else ''} (exit {code})",
+              flush=True)
+        if code != 0:
+            raise RuntimeError(f"lab fault {' '.join(words)} failed: {out}")
+
+    def exec(self, host, script, timeout=120):
+        code, out = self.lab("exec", host, script, timeout=timeout)
+        if code != 0:
+            raise RuntimeError(f"lab exec {host}: exit {code}: {out}")
+        return out
+
+    def dns(self, host, present):
+        """Put `host` in rdmad.lab or take it out (h1's dnsmasq answers rdmad.lab from
+        /etc/lab/dns-hosts and re-reads it on SIGHUP)."""
+        line = f"10.2.0.{host[1:]} rdmad.lab"
+        if present:
+            script = (f"grep -q '^{line}$' /etc/lab/dns-hosts || "
+                      f"echo '{line}' >> /etc/lab/dns-hosts; kill -HUP $(pidof dnsmasq)")
+        else:
+            script = f"sed -i '/^{line}$/d' /etc/lab/dns-hosts; kill -HUP $(pidof dnsmasq)"
+        self.exec("h1", script)
+        if present:
+            self.dns_out.discard(host)
+        else:
+            self.dns_out.add(host)
+
+    def qps(self, host):
+        """{QP type: count} of every QP on rxe0 of `host` (`rdma res show qp`): the pingmesh
+        rdmad's are the only user QPs there (the lab's own rdmad does not probe). Not by
+        pid: rdma res names the thread that created a QP, not the process."""
+        counts = {}
+        for q in json.loads(self.exec(host, "rdma -j res show qp")):
+            if q.get("ifname") == "rxe0":
+                counts[q.get("type")] = counts.get(q.get("type"), 0) + 1
+        return counts
+
+    # -- Prometheus
+    def query(self, expr, at=None):
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = at
+        return api(self.base, "/api/v1/query", params)["result"]
+
+    def pairs(self, expr):
+        """{(instance, peer host): value} of an instant query whose series are pairs."""
+        out = {}
+        for s in self.query(expr):
+            m = s["metric"]
+            if "peer" in m and "instance" in m:
+                out[(m["instance"], host_of(m["peer"]))] = float(s["value"][1])
+        return out
+
+    def alerts(self, name, state="firing"):
+        """The pairs (instance, peer host) with alert `name` in `state`."""
+        out = set()
+        for al in get(self.base, "/api/v1/alerts")["alerts"]:
+            lb = al["labels"]
+            if lb.get("alertname") == name and al.get("state") == state:
+                out.add((lb.get("instance"), host_of(lb.get("peer", ""))))
+        return out
+
+    def wait(self, what, limit, cond):
+        """Evaluate cond() every interval until it returns a true value, at most limit
+        seconds; returns (value, seconds waited) or (last value, None) on time-out."""
+        t0 = time.time()
+        last = None
+        while True:
+            try:
+                last = cond()
+            except Exception as e:  # Prometheus busy: try again until the limit
+                last = None
+                print(f"   ({what}: {e})", flush=True)
+            if last:
+                return last, time.time() - t0
+            if time.time() - t0 > limit:
+                return last, None
+            time.sleep(self.interval)
+
+    def panel_expr(self, title):
+        board = json.loads((DASH / "rdma-pingmesh.json").read_text())
+        now = time.time()
+        values, _ = resolve_vars(self.base, board, {}, now - 600, now)
+        for p in board["panels"]:
+            if p.get("title") == title and p.get("targets"):
+                return substitute(p["targets"][0]["expr"], values)
+        raise SystemExit(f"rdma-pingmesh.json has no panel {title!r}")
+
+    # -- the phases
+    def targets_up(self):
+        def cond():
+            up = {s["metric"].get("instance"): s["value"][1]
+                  for s in self.query('up{job="rdmad"}')}
+            return up if sorted(up) == HOSTS and all(v == "1" for v in up.values()) else None
+        up, t = self.wait("targets up", 300, cond)
+        return self.check("prometheus-scrapes-the-4-rdmads", t is not None,
+                          f"up{{job=\"rdmad\"}} per instance: {up} (after {t or 0:.0f} s)")
+
+    def matrix(self, name):
+        expr = self.panel_expr(MATRIX_PANEL)
+
+        def cond():
+            got = self.pairs(expr)
+            return got if set(got) == ALL_PAIRS else None
+        got, t = self.wait("matrix", 300, cond)
+        got = got or self.pairs(expr)
+        self.check(name, t is not None,
+                   f"the dashboard's matrix query `{expr}` returns {len(got)} pairs "
+                   f"(want the 12 ordered pairs of h1..h4; missing "
+                   f"{sorted(ALL_PAIRS - set(got)) or 'none'}, extra "
+                   f"{sorted(set(got) - ALL_PAIRS) or 'none'})")
+        if got:
+            print("   typical RTT (us): " + ", ".join(
+                f"{a}->{b} {v * 1e6:.0f}" for (a, b), v in sorted(got.items())), flush=True)
+        return t is not None
+
+    def discovery_and_transport(self):
+        disc = {s["metric"]["instance"]: float(s["value"][1]) for s in
+                self.query('rdma_probe_discovered_peers{job="rdmad", source="dns"}')}
+        self.check("every-rdmad-discovers-3-peers-from-dns", disc == {h: 3.0 for h in HOSTS},
+                   f"rdma_probe_discovered_peers{{source=\"dns\"}}: {disc}")
+        ud_rc = lambda: (set(self.pairs('rdma_probe_up{job="rdmad", kind="peer", transport="ud"} == 1')),
+                         set(self.pairs('rdma_probe_up{job="rdmad", kind="peer", transport="rc"}')))
+        _, t = self.wait("every pair up over UD", 120, lambda: ud_rc() == (ALL_PAIRS, set()))
+        ud, rc = ud_rc()
+        self.check("every-pair-probed-over-ud", t is not None,
+                   f"{len(ud)} pairs up over UD, {len(rc)} RC peer series")
+        self.qps_3_peers = {h: self.qps(h) for h in ["h1", "h2"]}
+
+    def qps_one_peer(self):
+        """h3 and h4 out of DNS: h1 and h2 probe one peer each, with the QPs they had for 3."""
+        self.dns("h3", False)
+        self.dns("h4", False)
+        sel = 'job="rdmad", instance=~"h1|h2"'
+
+        def cond():
+            d = self.query(f'rdma_probe_discovered_peers{{{sel}, source="dns"}} == 1')
+            p = self.query(f'rdma_probe_pinglist_peers{{{sel}}} == 1')
+            return len(d) == 2 and len(p) == 2
+        _, t = self.wait("one peer on h1 and h2", 120, cond)
+        one = {h: self.qps(h) for h in ["h1", "h2"]}
+        self.check("ud-qps-per-host-the-same-with-1-and-3-peers",
+                   t is not None and one == self.qps_3_peers and
+                   all(q.get("UD") == 1 for q in one.values()),
+                   f"QPs on rxe0 by type (rdma res show qp) with 3 peers {self.qps_3_peers}, "
+                   f"with 1 peer {one} (one peer after {t or 0:.0f} s)")
+        self.dns("h3", True)
+        self.dns("h4", True)
+
+    def latency(self, window):
+        """Mean round trip per pair over the last `window` seconds, from every sample (the
+        latency histogram's sum over its count)."""
+        sel = '{job="rdmad", kind="peer"}'
+        return self.pairs(
+            f"sum by (instance, peer) (increase(rdma_probe_latency_seconds_sum{sel}[{window}s]))"
+            f" / sum by (instance, peer) (increase(rdma_probe_latency_seconds_count{sel}[{window}s]))")
+
+    def netem_h3(self):
+        with3 = {p for p in ALL_PAIRS if "h3" in p}
+        without = ALL_PAIRS - with3
+        before = self.latency(60)
+        self.fault("netem", "h3", "loss", "5%")
+        self.netem_on = True
+        t_fault = time.time()
+
+        def cond():
+            ratio = self.pairs(self.panel_expr(LOSS_PANEL))
+            firing = self.alerts("RdmaPairLoss")
+            ok = all(ratio.get(p, 0) > LOSS_THRESHOLD for p in with3) and with3 <= firing
+            return (ratio, firing) if ok else None
+        res, t = self.wait("loss on h3's pairs", 480, cond)
+        ratio, firing = res or (self.pairs(self.panel_expr(LOSS_PANEL)),
+                                self.alerts("RdmaPairLoss"))
+        fmt = lambda ps: ", ".join(f"{a}->{b} {ratio.get((a, b), float('nan')):.4f}"
+                                   for a, b in sorted(ps))
+        self.check("netem-h3-loss-on-h3-pairs", t is not None and
+                   all(ratio.get(p, 0) > LOSS_THRESHOLD for p in with3),
+                   f"loss ratio (the dashboard's loss matrix) of h3's pairs: {fmt(with3)} "
+                   f"(after {t or 0:.0f} s of 5% netem loss on h3's egress)")
+        # The healthy pairs: no lost request since the fault began (a reply later than the
+        # probe's reply timeout on a loaded TCG host would count; the printed figures say).
+        window = int(time.time() - t_fault) + 2 * int(self.interval)
+        lost = self.pairs(f'sum by (instance, peer) (increase(rdma_probe_lost_total'
+                          f'{{job="rdmad", kind="peer"}}[{window}s]))')
+        sent = self.pairs(f'sum by (instance, peer) (increase(rdma_probe_sent_total'
+                          f'{{job="rdmad", kind="peer"}}[{window}s]))')
+        worst = max((ratio.get(p, 0) for p in without), default=0)
+        self.check("netem-h3-no-loss-elsewhere",
+                   all(p in ratio for p in without) and worst < LOSS_THRESHOLD / 2,
+                   f"loss ratio of the 6 pairs without h3: {fmt(without)} (max {worst:.4f}); "
+                   f"lost/sent during the fault: " + ", ".join(
+                       f"{a}->{b} {lost.get((a, b), 0):.0f}/{sent.get((a, b), 0):.0f}"
+                       for a, b in sorted(ALL_PAIRS)))
+        self.check("netem-h3-rdma-pair-loss-fires-for-h3-pairs-only",
+                   t is not None and firing == with3,
+                   f"RdmaPairLoss firing for {sorted(firing)}")
+        during = self.latency(max(window, 10))
+        med = lambda xs: sorted(xs)[len(xs) // 2] if xs else float("nan")
+        print("   mean RTT per pair (us) before -> during the loss: " + ", ".join(
+            f"{a}->{b} {before.get((a, b), 0) * 1e6:.0f}->{during.get((a, b), 0) * 1e6:.0f}"
+            for a, b in sorted(ALL_PAIRS)), flush=True)
+        # Printed, not asserted: a lost UD request gives no sample (no retransmission). The
+        # host's load moves every pair alike, so h3's pairs are compared with the others in
+        # the same window.
+        rel = lambda d: (med([d[p] for p in with3 if p in d]) /
+                         med([d[p] for p in without if p in d]))
+        print(f"   median RTT of h3's pairs over the others' (not asserted): before "
+              f"{rel(before):.2f}, during the loss {rel(during):.2f}", flush=True)
+        self.fault("clear", "h3")
+        self.netem_on = False
+
+    def kill_h4(self):
+        to_h4 = {(h, "h4") for h in HOSTS if h != "h4"}
+        self.wait("every pair up before the kill", 300,
+                  lambda: set(self.pairs("rdma:probe_pair_up == 1")) == ALL_PAIRS)
+        self.fault("kill", "h4")
+
+        def cond():
+            down = set(self.pairs("rdma:probe_pair_up == 0"))
+            firing = self.alerts("RdmaPeerUnreachable")
+            return (down, firing) if to_h4 <= down and to_h4 <= firing else None
+        res, t = self.wait("h4 unreachable", 300, cond)
+        down, firing = res or (set(self.pairs("rdma:probe_pair_up == 0")),
+                               self.alerts("RdmaPeerUnreachable"))
+        # Exactly h4's pairs: the alert (10 s of failed runs) says it; the instant value
+        # may also catch a healthy pair's single failed run on a loaded host (printed).
+        self.check("kill-h4-pairs-unreachable", t is not None,
+                   f"rdma:probe_pair_up == 0 for {sorted(down)} (after {t or 0:.0f} s)")
+        self.check("kill-h4-rdma-peer-unreachable-fires-for-h4-pairs-only",
+                   t is not None and firing == to_h4,
+                   f"RdmaPeerUnreachable firing for {sorted(firing)}")
+
+    def dns_remove_h4(self):
+        sel = f'{{job="rdmad", peer="{peer_of("h4")}"}}'
+        t_edit = time.time()
+        self.dns("h4", False)
+        res, t = self.wait("h4's series gone", 180, lambda: self.query(
+            f"absent(rdma_probe_up{sel}) and absent(rdma:probe_pair_up{sel})"))
+        # When did the last sample with h4 arrive? Raw samples of the last 10 minutes
+        # (a range selector leaves out the staleness markers).
+        last = 0.0
+        for s in self.query(f"rdma_probe_up{sel}[10m]"):
+            last = max([last] + [float(ts) for ts, _ in s["values"]])
+        after = last - t_edit
+        self.check("dns-remove-h4-its-series-vanish", t is not None,
+                   f"no rdma_probe_up nor rdma:probe_pair_up series for peer h4 "
+                   f"{t or 0:.0f} s after the DNS edit (seen by polling every "
+                   f"{self.interval:.0f} s); the last scraped sample with peer h4 is "
+                   f"{after:.1f} s after the edit = {after / self.interval:.1f} discovery "
+                   f"intervals of {self.interval:.0f} s")
+        want = {p for p in ALL_PAIRS if "h4" not in p}
+
+        def others():
+            disc = {s["metric"]["instance"]: float(s["value"][1]) for s in
+                    self.query('rdma_probe_discovered_peers{job="rdmad", source="dns"}')}
+            rest = set(self.pairs("rdma:probe_pair_up == 1"))
+            ok = disc == {"h1": 2.0, "h2": 2.0, "h3": 2.0} and rest == want
+            return (ok, disc, rest)
+        _, t = self.wait("the others probing", 120, lambda: others()[0])
+        _, disc, rest = others()
+        self.check("dns-remove-h4-the-others-keep-probing", t is not None,
+                   f"discovered peers {disc}; pairs up {sorted(rest)}")
+
+    def h4_back(self):
+        self.fault("restart", "h4", timeout=420)
+        self.dns("h4", True)
+        self.exec("h4", self.start_rdmad)
+        names = ["RdmaPeerUnreachable", "RdmaPairLoss", "RdmaExporterDown"]
+
+        def cond():
+            up = set(self.pairs("rdma:probe_pair_up == 1"))
+            active = {n: self.alerts(n, "firing") | self.alerts(n, "pending") for n in names}
+            return (up, active) if up == ALL_PAIRS and not any(active.values()) else None
+        res, t = self.wait("h4 back", 600, cond)
+        up, active = res or (set(self.pairs("rdma:probe_pair_up == 1")),
+                             {n: self.alerts(n, "firing") | self.alerts(n, "pending")
+                              for n in names})
+        self.check("h4-back-every-pair-answers-and-the-alerts-resolve", t is not None,
+                   f"{len(up)} of 12 pairs up; pending or firing: "
+                   f"{ {n: sorted(v) for n, v in active.items()} } (after {t or 0:.0f} s)")
+
+    def undo(self):
+        undo = [("netem on h3", lambda: self.fault("clear", "h3"))] if self.netem_on else []
+        undo += [(f"{h} out of DNS", lambda h=h: self.dns(h, True)) for h in sorted(self.dns_out)]
+        for what, fn in undo:
+            try:
+                fn()
+            except Exception as e:
+                print(f"undo {what}: {e}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prometheus", required=True)
+    ap.add_argument("--rdmactl", required=True)
+    ap.add_argument("--control", required=True)
+    ap.add_argument("--start-rdmad-file", required=True,
+                    help="shell script that starts a host's rdmad (for h4 after its restart)")
+    ap.add_argument("--interval", type=float, default=2.0,
+                    help="the probe (= discovery) interval and the scrape interval, seconds")
+    r = Run(ap.parse_args())
+    # SIGTERM (tests/multihost-prometheus stopping): undo the faults, then exit.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    t0 = time.time()
+    try:
+        if r.targets_up() and r.matrix("pingmesh-matrix-has-the-12-pairs"):
+            r.discovery_and_transport()
+            r.netem_h3()
+            r.kill_h4()
+            r.dns_remove_h4()
+            r.h4_back()
+            r.qps_one_peer()
+            r.matrix("pingmesh-matrix-has-the-12-pairs-again")
+    except Exception as e:  # a fault that could not be injected fails the run
+        r.check("faults-and-queries", False, f"{type(e).__name__}: {e}")
+    finally:
+        r.undo()
+    print(f"checks took {time.time() - t0:.0f} s")
+    print(f"{r.passed} passed, {r.failed} failed")
+    sys.exit(1 if r.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
