@@ -26,7 +26,9 @@
 //!   `rdma_probe_discovery_errors_total{source,reason}`, `rdma_probe_pinglist_peers` (peers
 //!   planned in the last round)
 //! - `rdma_probe_peer_connected{peer,peer_rack}`, `rdma_probe_handshakes_accepted_total`,
-//!   `rdma_probe_handshakes_refused_total{reason}`, `rdma_probe_cpu_seconds_total`,
+//!   `rdma_probe_handshakes_refused_total{reason}` (`malformed`, `bad_mac`, `replay`,
+//!   `timeout`: no complete handshake in time, `busy`: no handshake slot free, `io`,
+//!   `responder`), `rdma_probe_cpu_seconds_total`,
 //!   `rdma_probe_rounds_total`
 //! - `rdma_probe_ud_dropped_total{device,reason}`: UD datagrams the device's UD endpoint
 //!   dropped (`malformed`, `unknown_session`, `bad_tag`, `wrong_source`, `replay`,
