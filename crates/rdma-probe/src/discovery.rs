@@ -16,7 +16,8 @@
 //! and the rest of the source is used; each distinct problem is logged once, and the number
 //! of skipped entries per source is published ([`DiscoveryStats`]). A failed refresh of a
 //! source (an unparsable file, a DNS timeout) keeps that source's last good peers and is
-//! counted; an answer that the name has no records (NXDOMAIN, no data) or a deleted file
+//! counted (DNS: for at most [`DNS_KEEP_LAST_GOOD`], 5 minutes, after the last good answer;
+//! then its peers are dropped until the name resolves again); an answer that the name has no records (NXDOMAIN, no data) or a deleted file
 //! empties it, so peers removed from DNS or the file go away.
 //!
 //! The engine's own listen address is never a peer: an entry whose host is one of this
@@ -32,6 +33,12 @@ use std::time::{Duration, SystemTime};
 
 /// The SRV service prefix for a `--probe.peers-dns` name.
 pub const SRV_PREFIX: &str = "_rdmad-probe._tcp.";
+/// How long the peers of the last good DNS answer are kept while the name cannot be
+/// resolved (timeouts, SERVFAIL, no server): long enough to ride out a resolver restart or
+/// rollout without the mesh going blind, short enough that a cluster whose DNS is gone does
+/// not probe a stale peer list for ever. An answer that the name has no records is not a
+/// failure: it empties the DNS peers at once.
+pub const DNS_KEEP_LAST_GOOD: Duration = Duration::from_secs(300);
 /// Distinct problems logged at most (further ones are only counted).
 const MAX_LOGGED: usize = 4096;
 /// Targets resolved one by one when SRV ports differ between targets.
@@ -84,6 +91,9 @@ pub struct DiscoveryConfig {
     pub dns_server: Option<SocketAddr>,
     /// How long one DNS query may take.
     pub dns_timeout: Option<Duration>,
+    /// How long the last good DNS answer is kept while the name cannot be resolved
+    /// (default [`DNS_KEEP_LAST_GOOD`]).
+    pub dns_keep_last_good: Option<Duration>,
     /// `--probe.peers-file FILE`.
     pub file: Option<PathBuf>,
     /// Port for DNS addresses without an SRV port and for file targets without a port.
@@ -261,6 +271,8 @@ struct DnsSource {
     resolver: hickory_resolver::TokioResolver,
     /// The last good answer: `(address, port)` keys.
     last: Vec<String>,
+    /// When it came.
+    last_at: Option<std::time::Instant>,
 }
 
 /// The discovery state kept between refreshes (one per engine).
@@ -486,10 +498,12 @@ impl Discovery {
         match outcome {
             Ok(keys) => {
                 dns.last = keys.clone();
+                dns.last_at = Some(std::time::Instant::now());
                 keys
             }
             Err(DnsError::NoRecords(e)) => {
                 dns.last.clear();
+                dns.last_at = None;
                 self.error(
                     "dns",
                     "no_records",
@@ -498,13 +512,34 @@ impl Discovery {
                 Vec::new()
             }
             Err(DnsError::Failed(e)) => {
-                let last = dns.last.clone();
-                self.error(
-                    "dns",
-                    "resolve",
-                    &format!("--probe.peers-dns {name}: {e}; keeping the previous peers"),
-                );
-                last
+                let keep = self.cfg.dns_keep_last_good.unwrap_or(DNS_KEEP_LAST_GOOD);
+                let fresh = dns.last_at.is_some_and(|t| t.elapsed() < keep);
+                if fresh {
+                    let last = dns.last.clone();
+                    self.error(
+                        "dns",
+                        "resolve",
+                        &format!(
+                            "--probe.peers-dns {name}: {e}; keeping the last good answer for up to {} s",
+                            keep.as_secs()
+                        ),
+                    );
+                    return last;
+                }
+                let had = dns.last.len();
+                dns.last.clear();
+                dns.last_at = None;
+                self.error("dns", "resolve", &format!("--probe.peers-dns {name}: {e}"));
+                if had > 0 {
+                    self.log_once(
+                        "dns",
+                        &format!(
+                            "--probe.peers-dns {name}: unresolvable for longer than {} s: its {had} peers are dropped until it resolves again",
+                            keep.as_secs()
+                        ),
+                    );
+                }
+                Vec::new()
             }
         }
     }
@@ -556,6 +591,7 @@ fn dns_source(
         runtime,
         resolver,
         last: Vec::new(),
+        last_at: None,
     })
 }
 

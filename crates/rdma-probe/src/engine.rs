@@ -433,6 +433,7 @@ impl ProbeEngine {
             dns_name: config.peers_dns.clone(),
             dns_server: config.dns_server,
             dns_timeout: None,
+            dns_keep_last_good: None,
             file: config.peers_file.clone(),
             default_port: listen.map_or(crate::DEFAULT_PEER_PORT, |l| l.port()),
             listen,

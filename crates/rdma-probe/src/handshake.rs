@@ -264,6 +264,14 @@ impl HandshakeError {
     /// The `reason` label of a refused handshake.
     pub fn reason(&self) -> &'static str {
         match self {
+            HandshakeError::Io(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+                ) =>
+            {
+                "timeout"
+            }
             HandshakeError::Io(_) => "io",
             HandshakeError::Malformed(_) => "malformed",
             HandshakeError::BadMac => "bad_mac",
@@ -288,11 +296,21 @@ fn refusal_text(code: u8) -> &'static str {
         1 => "authentication failed (wrong secret?)",
         2 => "replayed nonce",
         4 => "the responder could not set up its QP",
+        REFUSED_BUSY => "busy: too many handshakes in progress, try again later",
         _ => "malformed handshake",
     }
 }
 
 type Nonce = [u8; NONCE_LEN];
+
+/// The refusal code of a server that has no handshake slot free.
+const REFUSED_BUSY: u8 = 6;
+
+/// Tell a client, before its connection is closed unserved, that the server has no
+/// handshake slot free (best effort: one small write to a fresh socket).
+pub fn refuse_busy<S: Write>(s: &mut S) -> io::Result<()> {
+    write_frame(s, T_REFUSED, &[REFUSED_BUSY])
+}
 
 /// Client nonces a server has seen, bounded (oldest forgotten first).
 #[derive(Debug)]
@@ -773,6 +791,29 @@ mod tests {
             client(&mut s, &k, &client_offer()),
             Err(HandshakeError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn a_busy_server_is_named_as_such_and_a_timeout_has_its_own_reason() {
+        let mut told = Vec::new();
+        refuse_busy(&mut told).unwrap();
+        assert_eq!(told, [T_REFUSED, 0, 1, REFUSED_BUSY]);
+        let mut s = Script {
+            input: Cursor::new(told),
+            output: Vec::new(),
+        };
+        let k = secret("a shared secret of 32 bytes!!!!!");
+        match client(&mut s, &k, &client_offer()) {
+            Err(HandshakeError::Refused(why)) => assert!(why.starts_with("busy"), "{why}"),
+            other => panic!("a busy refusal: {other:?}"),
+        }
+        for kind in [io::ErrorKind::TimedOut, io::ErrorKind::WouldBlock] {
+            assert_eq!(HandshakeError::Io(kind.into()).reason(), "timeout");
+        }
+        assert_eq!(
+            HandshakeError::Io(io::ErrorKind::ConnectionReset.into()).reason(),
+            "io"
+        );
     }
 
     #[test]

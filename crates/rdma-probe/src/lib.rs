@@ -54,6 +54,8 @@ pub mod peer;
 #[cfg(feature = "verbs")]
 pub mod pinglist;
 #[cfg(feature = "verbs")]
+pub mod ratelog;
+#[cfg(feature = "verbs")]
 mod rc;
 #[cfg(feature = "verbs")]
 pub mod ud;

@@ -14,12 +14,13 @@ use crate::clock::Clock;
 use crate::cpu::CpuMeter;
 use crate::failure::{FailureKind, ProbeFailure};
 use crate::handshake::{self, NonceCache, Offer, Secret, SessionKey};
+use crate::ratelog::{suppressed_note, RateLimited};
 use crate::rc::{one_sided, Limits, PortInfo, Side};
 use crate::snapshot::ProbeOp;
 use crate::ud::{SessionGuard, UdEndpoint, UdEndpoints, UdRun};
 use rdma_verbs::{Context, GidType, Mtu, ProtectionDomain, QpEndpoint, RemoteBuffer, RtsParams};
-use std::collections::BTreeMap;
-use std::io::{self, Read};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,27 +29,208 @@ use std::time::{Duration, Instant};
 
 /// Largest message a peer probe may use: the responder's buffer size.
 pub const PEER_BUFFER: usize = 4096;
-/// Concurrent clients a server accepts.
-pub const MAX_CLIENTS: usize = 64;
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Connections a server keeps in their handshake at once (each has a thread and is not
+/// authenticated yet): one more is told `busy` and closed at once, counted as refused `busy`.
+pub const MAX_HANDSHAKES: usize = 64;
+/// Of those, from one source address: one flooding host cannot take every slot.
+pub const MAX_HANDSHAKES_PER_SOURCE: usize = 8;
+/// Authenticated clients (each holds its lease connection and a thread) a server keeps at
+/// once; a connection above it is refused `busy` too. Far above a full mesh of
+/// `--probe.mesh-max` peers, and above it the planner closes unplanned peers' connections.
+pub const MAX_CLIENTS: usize = 1024;
+/// A whole handshake (client or server side) must finish within this, however slowly the
+/// other side sends its bytes; a silent or trickling client loses its slot then (`timeout`).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A server's bounds on the connections it serves (the defaults are the constants above).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Connections in their handshake at once ([`MAX_HANDSHAKES`]).
+    pub max_handshakes: usize,
+    /// Of them from one source address ([`MAX_HANDSHAKES_PER_SOURCE`]).
+    pub max_handshakes_per_source: usize,
+    /// Authenticated clients at once ([`MAX_CLIENTS`]).
+    pub max_clients: usize,
+    /// Time for a whole handshake ([`HANDSHAKE_TIMEOUT`]).
+    pub handshake_timeout: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_handshakes: MAX_HANDSHAKES,
+            max_handshakes_per_source: MAX_HANDSHAKES_PER_SOURCE,
+            max_clients: MAX_CLIENTS,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    handshaking: usize,
+    by_source: HashMap<IpAddr, usize>,
+    clients: usize,
+}
+
+/// Who may start a handshake now: the server's slot accounting.
+#[derive(Debug)]
+struct Admission {
+    limits: ServerLimits,
+    slots: Mutex<Slots>,
+}
+
+/// A connection's place among those in their handshake; freed when dropped, or turned into
+/// a client's place by [`HandshakeSlot::authenticated`].
+#[derive(Debug)]
+struct HandshakeSlot {
+    admission: Arc<Admission>,
+    source: IpAddr,
+    client: bool,
+}
+
+impl Admission {
+    fn new(limits: ServerLimits) -> Arc<Admission> {
+        Arc::new(Admission {
+            limits,
+            slots: Mutex::new(Slots::default()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for a new connection from `source`, or why there is none.
+    fn begin(self: &Arc<Self>, source: IpAddr) -> Result<HandshakeSlot, String> {
+        let l = &self.limits;
+        let mut s = self.lock();
+        let from_source = s.by_source.get(&source).copied().unwrap_or(0);
+        if s.handshaking >= l.max_handshakes {
+            return Err(format!("{} handshakes in progress", s.handshaking));
+        }
+        if from_source >= l.max_handshakes_per_source {
+            return Err(format!(
+                "{from_source} handshakes in progress from {source}"
+            ));
+        }
+        if s.clients >= l.max_clients {
+            return Err(format!("{} clients connected", s.clients));
+        }
+        s.handshaking += 1;
+        *s.by_source.entry(source).or_insert(0) += 1;
+        Ok(HandshakeSlot {
+            admission: Arc::clone(self),
+            source,
+            client: false,
+        })
+    }
+}
+
+impl HandshakeSlot {
+    /// The handshake succeeded: the connection now holds a client's place until dropped.
+    fn authenticated(&mut self) {
+        if !self.client {
+            let mut s = self.admission.lock();
+            s.clients += 1;
+            self.release_handshake(&mut s);
+            self.client = true;
+        }
+    }
+
+    fn release_handshake(&self, s: &mut Slots) {
+        s.handshaking = s.handshaking.saturating_sub(1);
+        if let Some(n) = s.by_source.get_mut(&self.source) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                s.by_source.remove(&self.source);
+            }
+        }
+    }
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        let mut s = self.admission.lock();
+        if self.client {
+            s.clients = s.clients.saturating_sub(1);
+        } else {
+            self.release_handshake(&mut s);
+        }
+    }
+}
+
+/// A connection whose reads and writes all end by one deadline (a per-read timeout alone
+/// lets a client that sends a byte now and then hold its slot for minutes).
+struct Deadlined<'a> {
+    stream: &'a TcpStream,
+    until: Instant,
+}
+
+impl Deadlined<'_> {
+    fn remaining(&self) -> io::Result<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the handshake did not finish in time",
+            ));
+        }
+        Ok(left)
+    }
+}
+
+impl Read for Deadlined<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.remaining()?))?;
+        let mut s = self.stream;
+        s.read(buf)
+    }
+}
+
+impl Write for Deadlined<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.remaining()?))?;
+        let mut s = self.stream;
+        s.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
 
 /// Handshake outcomes seen by a server (and its CPU time), shared with whoever reports them.
 #[derive(Debug, Default)]
 pub struct ServerStats {
     /// Handshakes accepted.
     pub accepted: AtomicU64,
-    /// Handshakes refused, by reason (`bad_mac`, `replay`, `malformed`, `io`, `busy`, ...).
+    /// Handshakes refused, by reason (`bad_mac`, `replay`, `malformed`, `io`, `timeout`,
+    /// `busy`, ...).
     pub refused: Mutex<BTreeMap<String, u64>>,
     /// Clients connected now.
     pub active: AtomicUsize,
     /// CPU nanoseconds used by the server's threads.
     pub cpu_ns: AtomicU64,
+    /// One log line per refusal reason per minute at most: a flood is counted, not logged.
+    log: RateLimited,
 }
 
 impl ServerStats {
-    fn refuse(&self, reason: &str) {
-        let mut m = self.refused.lock().unwrap_or_else(|p| p.into_inner());
-        *m.entry(reason.to_string()).or_insert(0) += 1;
+    /// Count a refusal of the connection from `from`, and log it unless this reason was
+    /// logged less than a minute ago.
+    fn refuse(&self, reason: &'static str, from: SocketAddr, why: &dyn std::fmt::Display) {
+        {
+            let mut m = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+            *m.entry(reason.to_string()).or_insert(0) += 1;
+        }
+        if let Some(n) = self.log.check(reason, Instant::now()) {
+            tracing::info!(
+                reason,
+                peer = %from,
+                "peer handshake refused: {why} {}",
+                suppressed_note(n)
+            );
+        }
     }
 
     /// Refusals so far, by reason.
@@ -173,16 +355,44 @@ impl PeerServer {
         stats: Arc<ServerStats>,
         ud: Arc<UdEndpoints>,
     ) -> io::Result<PeerServer> {
+        PeerServer::start_with_limits(
+            addr,
+            secret,
+            device,
+            gid_index,
+            stats,
+            ud,
+            ServerLimits::default(),
+        )
+    }
+
+    /// [`PeerServer::start`] with other bounds than the defaults (the tests' small ones).
+    pub fn start_with_limits(
+        addr: SocketAddr,
+        secret: Secret,
+        device: Option<String>,
+        gid_index: Option<u8>,
+        stats: Arc<ServerStats>,
+        ud: Arc<UdEndpoints>,
+        limits: ServerLimits,
+    ) -> io::Result<PeerServer> {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let local = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
+        let server = Server {
+            secret,
+            device,
+            gid_index,
+            stats,
+            ud,
+            limits,
+            seen: NonceCache::new(4096),
+        };
         let thread = std::thread::Builder::new()
             .name("rdma-probe-listen".into())
-            .spawn(move || {
-                accept_loop(listener, secret, device, gid_index, stats, ud, stop2);
-            })?;
+            .spawn(move || accept_loop(listener, Arc::new(server), stop2))?;
         Ok(PeerServer {
             stop,
             thread: Some(thread),
@@ -205,56 +415,54 @@ impl Drop for PeerServer {
     }
 }
 
-fn accept_loop(
-    listener: TcpListener,
+/// What every client thread of a server shares.
+struct Server {
     secret: Secret,
     device: Option<String>,
     gid_index: Option<u8>,
     stats: Arc<ServerStats>,
     ud: Arc<UdEndpoints>,
-    stop: Arc<AtomicBool>,
-) {
-    let seen = Arc::new(NonceCache::new(4096));
+    limits: ServerLimits,
+    seen: NonceCache,
+}
+
+fn accept_loop(listener: TcpListener, server: Arc<Server>, stop: Arc<AtomicBool>) {
+    let admission = Admission::new(server.limits);
     let mut meter = CpuMeter::start();
     let mut clients: Vec<JoinHandle<()>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
-            Ok((stream, _)) => {
+            Ok((mut stream, from)) => {
                 clients.retain(|h| !h.is_finished());
-                if clients.len() >= MAX_CLIENTS {
-                    stats.refuse("busy");
-                    drop(stream);
-                    continue;
-                }
-                let (secret, device, client_stats, stop, seen, ud) = (
-                    secret.clone(),
-                    device.clone(),
-                    Arc::clone(&stats),
-                    Arc::clone(&stop),
-                    Arc::clone(&seen),
-                    Arc::clone(&ud),
-                );
+                let slot = match admission.begin(from.ip()) {
+                    Ok(slot) => slot,
+                    Err(why) => {
+                        // Told so, closed at once: no thread, no read from the client.
+                        let _ = stream.set_nonblocking(true);
+                        let _ = handshake::refuse_busy(&mut stream);
+                        // What already came is read away, so that closing sends FIN (the
+                        // client reads the refusal), not RST.
+                        let _ = stream.read(&mut [0u8; 512]);
+                        server
+                            .stats
+                            .refuse("busy", from, &format_args!("busy: {why}"));
+                        continue;
+                    }
+                };
+                let (shared, stop) = (Arc::clone(&server), Arc::clone(&stop));
                 let spawned = std::thread::Builder::new()
                     .name("rdma-probe-client".into())
-                    .spawn(move || {
-                        serve_client(
-                            stream,
-                            &secret,
-                            device.as_deref(),
-                            gid_index,
-                            &client_stats,
-                            &stop,
-                            &seen,
-                            &ud,
-                        )
-                    });
+                    .spawn(move || serve_client(stream, from, slot, &shared, &stop));
                 match spawned {
                     Ok(h) => clients.push(h),
-                    Err(_) => stats.refuse("busy"),
+                    // The closure (with the stream and the slot) is dropped: closed, freed.
+                    Err(e) => server
+                        .stats
+                        .refuse("busy", from, &format_args!("no thread: {e}")),
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                meter.flush(&stats.cpu_ns);
+                meter.flush(&server.stats.cpu_ns);
                 std::thread::sleep(Duration::from_millis(200));
             }
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
@@ -263,24 +471,24 @@ fn accept_loop(
     for h in clients {
         let _ = h.join();
     }
-    meter.flush(&stats.cpu_ns);
+    meter.flush(&server.stats.cpu_ns);
 }
 
-#[allow(clippy::too_many_arguments)]
 fn serve_client(
-    mut stream: TcpStream,
-    secret: &Secret,
-    device: Option<&str>,
-    gid_index: Option<u8>,
-    stats: &ServerStats,
+    stream: TcpStream,
+    from: SocketAddr,
+    mut slot: HandshakeSlot,
+    server: &Server,
     stop: &AtomicBool,
-    seen: &NonceCache,
-    ud: &UdEndpoints,
 ) {
+    let (device, gid_index, stats, ud) = (
+        server.device.as_deref(),
+        server.gid_index,
+        &*server.stats,
+        &*server.ud,
+    );
     let mut meter = CpuMeter::start();
     let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT));
     let _ = stream.set_nodelay(true);
     let local_ip = stream
         .local_addr()
@@ -322,22 +530,33 @@ fn serve_client(
             },
         ))
     };
-    let outcome = handshake::server_session(&mut stream, secret, seen, respond);
+    let mut timed = Deadlined {
+        stream: &stream,
+        until: Instant::now() + server.limits.handshake_timeout,
+    };
+    let outcome = handshake::server_session(&mut timed, &server.secret, &server.seen, respond);
     let responder = match outcome {
         Ok((_, r)) => r,
+        Err(e) if e.reason() == "timeout" => {
+            let limit = server.limits.handshake_timeout.as_secs_f64();
+            let why = format!("no complete handshake within {limit} s (silent or too slow)");
+            stats.refuse("timeout", from, &why);
+            meter.flush(&stats.cpu_ns);
+            return;
+        }
         Err(e) => {
-            stats.refuse(e.reason());
-            tracing::info!(reason = e.reason(), "peer handshake refused: {e}");
+            stats.refuse(e.reason(), from, &e);
             meter.flush(&stats.cpu_ns);
             return;
         }
     };
+    slot.authenticated();
     stats.accepted.fetch_add(1, Ordering::Relaxed);
     stats.active.fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
     let mut buf = [0u8; 16];
     while !stop.load(Ordering::Relaxed) {
-        match stream.read(&mut buf) {
+        match (&stream).read(&mut buf) {
             Ok(0) => break,
             Ok(_) => {}
             Err(e)
@@ -349,6 +568,7 @@ fn serve_client(
         }
     }
     drop(responder);
+    drop(slot);
     stats.active.fetch_sub(1, Ordering::Relaxed);
     meter.flush(&stats.cpu_ns);
 }
@@ -366,6 +586,19 @@ fn stream_alive(stream: &TcpStream) -> bool {
     };
     let _ = stream.set_nonblocking(false);
     alive
+}
+
+/// Run a client handshake on `stream` within [`HANDSHAKE_TIMEOUT`] in all (a server that
+/// trickles its answer cannot hold the prober), then put back the connection's timeouts.
+fn client_handshake<T>(stream: &TcpStream, f: impl FnOnce(&mut Deadlined<'_>) -> T) -> T {
+    let mut timed = Deadlined {
+        stream,
+        until: Instant::now() + HANDSHAKE_TIMEOUT,
+    };
+    let out = f(&mut timed);
+    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT));
+    out
 }
 
 /// Resolve `addr` and open the control connection with the handshake's timeouts.
@@ -429,7 +662,7 @@ impl UdPeerConn {
                 ),
             ));
         }
-        let (mut stream, local_ip) = control_connection(addr)?;
+        let (stream, local_ip) = control_connection(addr)?;
         let (ctx, port) = local_port(device, gid_index, local_ip)?;
         let endpoint = endpoints.get(&ctx, port)?;
         let port = endpoint.port().clone();
@@ -439,8 +672,9 @@ impl UdPeerConn {
             buffer: None,
             ud: Some(endpoint.address()),
         };
-        let (theirs, key) = handshake::client_session(&mut stream, secret, &ours)
-            .map_err(|e| ProbeFailure::new(FailureKind::Handshake, format!("{addr}: {e}")))?;
+        let (theirs, key) =
+            client_handshake(&stream, |s| handshake::client_session(s, secret, &ours))
+                .map_err(|e| ProbeFailure::new(FailureKind::Handshake, format!("{addr}: {e}")))?;
         let peer = theirs.ud.ok_or_else(|| {
             ProbeFailure::new(
                 FailureKind::Handshake,
@@ -551,7 +785,7 @@ impl PeerConn {
                 format!("peer probes use 1..={PEER_BUFFER} byte messages, not {size}"),
             ));
         }
-        let (mut stream, local_ip) = control_connection(addr)?;
+        let (stream, local_ip) = control_connection(addr)?;
         let (ctx, mut port) = local_port(device, gid_index, local_ip)?;
         let pd = ctx
             .alloc_pd()
@@ -563,7 +797,7 @@ impl PeerConn {
             buffer: None,
             ud: None,
         };
-        let theirs = handshake::client(&mut stream, secret, &ours)
+        let theirs = client_handshake(&stream, |s| handshake::client(s, secret, &ours))
             .map_err(|e| ProbeFailure::new(FailureKind::Handshake, format!("{addr}: {e}")))?;
         let remote = theirs
             .buffer

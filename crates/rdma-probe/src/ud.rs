@@ -29,6 +29,7 @@ use crate::clock::Clock;
 use crate::cpu::CpuMeter;
 use crate::failure::{FailureKind, ProbeFailure};
 use crate::handshake::{self, SessionKey, UdEndpoint as UdAddr};
+use crate::ratelog::{suppressed_note, RateLimited};
 use crate::rc::PortInfo;
 use rdma_verbs::{
     grh_source_gid, AccessFlags, AddressHandle, CompletionQueue, Context, MemoryRegion,
@@ -275,6 +276,8 @@ struct Shared {
     stats: Arc<UdStats>,
     stop: AtomicBool,
     broken: AtomicBool,
+    /// A line per drop reason per minute at most: a flood is counted, not logged.
+    drop_log: RateLimited,
 }
 
 /// A device's UD QP and the thread serving it. Dropping it stops the thread and frees the
@@ -368,6 +371,7 @@ impl UdEndpoint {
             stats: Arc::new(UdStats::default()),
             stop: AtomicBool::new(false),
             broken: AtomicBool::new(false),
+            drop_log: RateLimited::default(),
         });
         let s2 = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -780,14 +784,29 @@ impl Server<'_> {
             return;
         }
         if wc.status != WcStatus::Success {
-            self.shared.stats.drop_one(DropReason::RecvError);
+            self.dropped(DropReason::RecvError, wc);
             self.check_qp("a UD receive failed");
         } else if let Err(why) = self.datagram(wc, slot, active) {
-            self.shared.stats.drop_one(why);
+            self.dropped(why, wc);
         }
         if let Err(f) = self.verbs.post_recv(slot) {
             tracing::warn!(device = self.shared.device, "UD receive re-post: {f}");
             self.shared.broken.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Count a dropped datagram, and log it unless its reason was logged within a minute.
+    fn dropped(&self, why: DropReason, wc: &WorkCompletion) {
+        self.shared.stats.drop_one(why);
+        if let Some(n) = self.shared.drop_log.check(why.name(), Instant::now()) {
+            tracing::warn!(
+                device = self.shared.device,
+                reason = why.name(),
+                src_qp = wc.src_qp,
+                "UD probe datagram dropped ({}); every drop is counted by reason {}",
+                why.name(),
+                suppressed_note(n)
+            );
         }
     }
 

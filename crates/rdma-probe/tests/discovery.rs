@@ -12,6 +12,38 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Every log line of this test process (one subscriber for all its tests; each test looks
+/// for its own file's or name's lines).
+fn log_lines() -> &'static Mutex<Vec<u8>> {
+    static LINES: std::sync::OnceLock<&'static Mutex<Vec<u8>>> = std::sync::OnceLock::new();
+    LINES.get_or_init(|| {
+        let lines: &'static Mutex<Vec<u8>> = Box::leak(Box::new(Mutex::new(Vec::new())));
+        struct W(&'static Mutex<Vec<u8>>);
+        impl std::io::Write for W {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || W(lines))
+            .init();
+        lines
+    })
+}
+
+/// Logged lines containing every one of `needles`.
+fn logged(needles: &[&str]) -> usize {
+    String::from_utf8_lossy(&log_lines().lock().unwrap())
+        .lines()
+        .filter(|l| needles.iter().all(|n| l.contains(n)))
+        .count()
+}
+
 #[derive(Default)]
 struct Zone {
     /// name (with the final dot) -> addresses
@@ -233,12 +265,44 @@ fn dns_a_name_that_stops_resolving_and_a_dead_server() {
     let mut d = dns_discovery(&server, "pm.test", None);
     assert_eq!(keys(&d.refresh()), ["10.9.0.1:9736", "10.9.0.2:9736"]);
 
-    // The server stops answering: the last good peers are kept, the failure counted.
+    // The server stops answering: the last good peers are kept, the failure counted (each
+    // time) and logged (once).
+    log_lines();
     server.silent.store(true, Ordering::Relaxed);
     let set = d.refresh();
     assert_eq!(keys(&set), ["10.9.0.1:9736", "10.9.0.2:9736"]);
     assert_eq!(err(&d, "dns", "resolve"), 1, "{:?}", d.stats());
+    assert_eq!(keys(&d.refresh()), ["10.9.0.1:9736", "10.9.0.2:9736"]);
+    assert_eq!(err(&d, "dns", "resolve"), 2, "{:?}", d.stats());
+    assert_eq!(logged(&["pm.test", "keeping the last good answer"]), 1);
     server.silent.store(false, Ordering::Relaxed);
+
+    // Kept for a bounded time only: an engine whose last good answer is older than its
+    // bound (0 here, 5 minutes by default) drops the DNS peers while the name does not
+    // resolve, and has them back at the next good answer.
+    let mut bounded = Discovery::new(DiscoveryConfig {
+        dns_name: Some("pm.test".into()),
+        dns_server: Some(server.addr),
+        dns_timeout: Some(Duration::from_millis(300)),
+        dns_keep_last_good: Some(Duration::ZERO),
+        default_port: 9736,
+        ..DiscoveryConfig::default()
+    });
+    assert_eq!(keys(&bounded.refresh()), ["10.9.0.1:9736", "10.9.0.2:9736"]);
+    server.silent.store(true, Ordering::Relaxed);
+    assert!(bounded.refresh().peers.is_empty());
+    assert!(bounded.refresh().peers.is_empty());
+    assert_eq!(err(&bounded, "dns", "resolve"), 2, "{:?}", bounded.stats());
+    assert_eq!(logged(&["pm.test", "its 2 peers are dropped"]), 1);
+    // The default bound keeps them through the same outage.
+    assert_eq!(keys(&d.refresh()), ["10.9.0.1:9736", "10.9.0.2:9736"]);
+    assert_eq!(err(&d, "dns", "resolve"), 3, "{:?}", d.stats());
+    server.silent.store(false, Ordering::Relaxed);
+    assert_eq!(keys(&bounded.refresh()), ["10.9.0.1:9736", "10.9.0.2:9736"]);
+    assert_eq!(
+        rdma_probe::discovery::DNS_KEEP_LAST_GOOD,
+        Duration::from_secs(300)
+    );
 
     // The name is gone (NXDOMAIN): no DNS peers, counted; static peers are not disturbed.
     server.remove("pm.test");
@@ -304,6 +368,7 @@ fn json_file_targets_labels_bad_entries_skipped_and_reread_on_change() {
         ]"#,
     )
     .unwrap();
+    log_lines();
     let mut d = file_discovery(&path, Some("10.7.0.1:9736"));
     let set = d.refresh();
     assert_eq!(
@@ -331,6 +396,31 @@ fn json_file_targets_labels_bad_entries_skipped_and_reread_on_change() {
         d.stats()
     );
     assert_eq!(d.stats().peers.get("file"), Some(&4));
+
+    // Each bad entry is logged once, however often the file is read.
+    let shown = path.display().to_string();
+    assert_eq!(logged(&[&shown, "bad host:1"]), 1);
+    rewrite(
+        &path,
+        r#"[{"targets": ["10.7.0.3:9736"]}, {"targets": ["bad host:1", "10.7.0.2:9736"]}]"#,
+    );
+    assert_eq!(keys(&d.refresh()), ["10.7.0.2:9736", "10.7.0.3:9736"]);
+    assert_eq!(
+        logged(&[&shown, "bad host:1"]),
+        1,
+        "logged once, not per read"
+    );
+    rewrite(
+        &path,
+        r#"[
+          {"targets": ["10.7.0.1:9736", "10.7.0.2:9736", "10.7.0.3"], "labels": {"rack": "r1", "zone": "z1"}},
+          {"targets": ["h9.example:7000", "bad host:1", 42, "10.7.0.4:0"], "labels": {"rack": "r2", "bad-label": "x", "n": 3}},
+          {"labels": {"rack": "r3"}},
+          "not a group",
+          {"targets": ["10.7.0.5:9736"]}
+        ]"#,
+    );
+    assert_eq!(keys(&d.refresh()), keys(&set));
 
     // Unchanged: not read again (the same set); changed: re-read.
     assert_eq!(d.refresh(), set);

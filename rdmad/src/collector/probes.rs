@@ -26,7 +26,9 @@
 //!   `rdma_probe_discovery_errors_total{source,reason}`, `rdma_probe_pinglist_peers` (peers
 //!   planned in the last round)
 //! - `rdma_probe_peer_connected{peer,peer_rack}`, `rdma_probe_handshakes_accepted_total`,
-//!   `rdma_probe_handshakes_refused_total{reason}`, `rdma_probe_cpu_seconds_total`,
+//!   `rdma_probe_handshakes_refused_total{reason}` (`malformed`, `bad_mac`, `replay`,
+//!   `timeout`: no complete handshake in time, `busy`: no handshake slot free, `io`,
+//!   `responder`), `rdma_probe_cpu_seconds_total`,
 //!   `rdma_probe_rounds_total`
 //! - `rdma_probe_ud_dropped_total{device,reason}`: UD datagrams the device's UD endpoint
 //!   dropped (`malformed`, `unknown_session`, `bad_tag`, `wrong_source`, `replay`,
@@ -844,6 +846,69 @@ mod tests {
                 "{family} for the peer: {text}"
             );
         }
+    }
+
+    /// The series per peer of a healthy UD peer (a summary, no failure), with the engine's
+    /// own latency buckets: the figures of rdmad/README.md (Probes: series per host).
+    #[test]
+    fn series_per_peer_with_and_without_peer_histograms() {
+        let per_peer = |n: usize, histograms: bool| -> usize {
+            let mut snap = snapshot();
+            snap.targets.truncate(1);
+            snap.peers.clear();
+            for i in 0..n {
+                let peer = format!("10.0.{}.{}:9736", i / 250, i % 250 + 1);
+                snap.targets.push(TargetResult {
+                    kind: "peer",
+                    device: "rxe0".into(),
+                    port: 1,
+                    peer: Some(peer.clone()),
+                    op: ProbeOp::Send,
+                    transport: PeerTransport::Ud,
+                    size_bytes: 64,
+                    latency_seconds: Histogram::new(rdma_probe::snapshot::LATENCY_BUCKETS),
+                    last: Some(LatencySummary {
+                        iterations: 1,
+                        t_min_us: 20.0,
+                        t_max_us: 20.0,
+                        t_typical_us: 20.0,
+                        t_avg_us: 20.0,
+                        t_stdev_us: 0.0,
+                        p99_us: 20.0,
+                        p99_9_us: 20.0,
+                    }),
+                    runs_total: 1,
+                    sent_total: 100,
+                    lost_total: 0,
+                    failures_total: BTreeMap::new(),
+                    up: true,
+                    last_error: None,
+                });
+                snap.peers.push(PeerState {
+                    peer,
+                    connected: true,
+                    connects_total: 1,
+                    backoff_seconds: 0.0,
+                    labels: Default::default(),
+                    planned: true,
+                });
+            }
+            let mut set = MetricSet::new();
+            emit(&snap, histograms, &mut set).unwrap();
+            set.encode(Format::Text)
+                .lines()
+                .filter(|l| !l.starts_with('#') && l.contains("peer=\"10.0."))
+                .count()
+        };
+        // 14 bounds + Inf = 15 buckets, sum, count; 7 summary stats; runs, sent, lost, up;
+        // connected.
+        assert_eq!(rdma_probe::snapshot::LATENCY_BUCKETS.len(), 14);
+        assert_eq!(per_peer(1, true), 29);
+        assert_eq!(per_peer(1, false), 12);
+        assert_eq!(per_peer(64, true), 1_856);
+        assert_eq!(per_peer(64, false), 768);
+        assert_eq!(per_peer(1000, true), 29_000);
+        assert_eq!(per_peer(1000, false), 12_000);
     }
 
     #[test]
