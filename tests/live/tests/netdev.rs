@@ -413,3 +413,40 @@ fn standard_statistics_equal_ethtool() {
         }
     }
 }
+
+/// A RoCE port's effective rate is its netdev's speed as `ethtool NETDEV` prints it (veth
+/// says 10000Mb/s), and absent where ethtool says the speed is unknown (virtio_net).
+#[test]
+fn effective_rate_is_the_netdev_speed() {
+    let series = rdmad_once();
+    let mut known = 0;
+    for (device, netdev) in PAIRS {
+        let text = ethtool(&[netdev]).unwrap_or_else(|e| panic!("FAIL: ethtool {netdev}: {e}"));
+        let speed = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Speed: "))
+            .unwrap_or_else(|| panic!("FAIL: ethtool {netdev} prints no Speed:\n{text}"));
+        let key =
+            format!("rdma_port_effective_rate_bytes_per_second{{device=\"{device}\",port=\"1\"}}");
+        let got = series.get(&key).copied();
+        match speed
+            .strip_suffix("Mb/s")
+            .and_then(|m| m.parse::<f64>().ok())
+        {
+            Some(mbps) => {
+                assert_eq!(
+                    got,
+                    Some(mbps * 1e6 / 8.0),
+                    "FAIL: {key}, ethtool says {speed}"
+                );
+                known += 1;
+            }
+            None => assert_eq!(got, None, "FAIL: {key}, ethtool says {speed}"),
+        }
+        println!("{netdev}: ethtool Speed: {speed}; rdmad {key} = {got:?}");
+    }
+    assert!(
+        known > 0,
+        "FAIL: no lab netdev reports a speed (veth should)"
+    );
+}
