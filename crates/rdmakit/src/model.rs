@@ -90,6 +90,41 @@ pub struct Rate {
     pub speed: Option<String>,
 }
 
+impl Rate {
+    /// The data rate of an InfiniBand link after line encoding, in bits per second: lanes x
+    /// the lane's data rate. The kernel's `rate` (width x the lane's nominal speed) is the
+    /// signalling rate for SDR, DDR and QDR, which carry 8 data bits in 10 (8b/10b: 2, 4 and
+    /// 8 Gb/s per lane of data), and FDR signals 14.0625 Gbaud with 64b/66b (13.636 Gb/s of
+    /// data, the kernel says 14); FDR10 (10.3125 Gbaud, 64b/66b) and EDR (25.78125 Gbaud,
+    /// 64b/66b) carry their nominal 10 and 25 Gb/s, and HDR, NDR and XDR are specified by
+    /// their data rates (50, 100, 200 Gb/s per lane, FEC included). `None` when the width or
+    /// the lane speed is unknown. Not for Ethernet ports: the kernel's `rate` of a RoCE port
+    /// is only the IB width and speed nearest to the netdev's speed (ib_get_eth_speed).
+    pub fn infiniband_data_bits_per_second(&self) -> Option<u64> {
+        let width = u64::from(self.width?);
+        let lane: u64 = match self.speed.as_deref() {
+            // SDR has no name in the kernel's text: recognise it by 2.5 Gb/s per lane.
+            None => {
+                let per_lane = self.bits_per_second? / width.max(1);
+                if per_lane != 2_500_000_000 {
+                    return None;
+                }
+                2_000_000_000
+            }
+            Some("DDR") => 4_000_000_000,
+            Some("QDR") => 8_000_000_000,
+            Some("FDR10") => 10_000_000_000,
+            Some("FDR") => 14_062_500_000 * 64 / 66,
+            Some("EDR") => 25_000_000_000,
+            Some("HDR") => 50_000_000_000,
+            Some("NDR") => 100_000_000_000,
+            Some("XDR") => 200_000_000_000,
+            Some(_) => return None,
+        };
+        Some(width * lane)
+    }
+}
+
 /// One port of a device (`ports/<n>/`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Port {
@@ -349,4 +384,47 @@ pub struct SourceError {
     pub kind: SourceErrorKind,
     /// Human detail: the OS error or the offending content (shortened).
     pub detail: String,
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::Rate;
+
+    fn rate(text: &str, bps: u64, width: u32, speed: Option<&str>) -> Rate {
+        Rate {
+            text: text.into(),
+            bits_per_second: Some(bps),
+            width: Some(width),
+            speed: speed.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn infiniband_data_rates() {
+        let g = 1_000_000_000u64;
+        let cases = [
+            (rate("10 Gb/sec (4X)", 10 * g, 4, None), Some(8 * g)),
+            (
+                rate("40 Gb/sec (4X QDR)", 40 * g, 4, Some("QDR")),
+                Some(32 * g),
+            ),
+            (
+                rate("56 Gb/sec (4X FDR)", 56 * g, 4, Some("FDR")),
+                Some(54_545_454_544),
+            ),
+            (
+                rate("100 Gb/sec (4X EDR)", 100 * g, 4, Some("EDR")),
+                Some(100 * g),
+            ),
+            (
+                rate("200 Gb/sec (2X NDR)", 200 * g, 2, Some("NDR")),
+                Some(200 * g),
+            ),
+            (rate("5 Gb/sec (1X)", 5 * g, 1, None), None),
+            (rate("1 Gb/sec (1X ABC)", g, 1, Some("ABC")), None),
+        ];
+        for (r, want) in cases {
+            assert_eq!(r.infiniband_data_bits_per_second(), want, "{}", r.text);
+        }
+    }
 }

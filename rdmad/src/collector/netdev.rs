@@ -17,6 +17,19 @@
 //! - `rdma_netdev_read_errors{device,port,netdev}`: 1 when the netdev's statistics could not
 //!   be read in this scrape (it vanished, the driver refused, the answer was malformed), else
 //!   0; the reason is logged at debug level. A failing netdev costs only its own series.
+//! - the kernel's standard statistics over ethtool netlink (`PAUSE_GET` with statistics,
+//!   `STATS_GET` of eth-phy, eth-mac, eth-ctrl, rmon): into the curated families where they
+//!   mean the same (`pause_frames{priority="global"}`, `crc_errors`, `symbol_errors`, where
+//!   the standard value wins and the driver's statistic goes generic: no series is fed
+//!   twice), and `rdma_netdev_mac_bytes_total{...,direction}`,
+//!   `rdma_netdev_standard_frames_total{...,group,stat}` (rules: `rdmakit::ethtool::curated`);
+//! - `rdma_netdev_fec_info{device,port,netdev,active,auto}` (value 1): the active FEC
+//!   encoding (`None`, `RS`, `BaseR`, `LLRS`; empty when the driver does not say) where the
+//!   driver answers `FEC_GET`;
+//! - `rdma_netdev_standard_read_errors{device,port,netdev,request}`: 1 when that ethtool
+//!   netlink request failed in this scrape (the netdev vanished, the kernel refused, a
+//!   malformed reply), else 0. A driver without the operation (`EOPNOTSUPP`) is not an
+//!   error: 0, and its series are absent. Each request costs only its own series.
 //!
 //! Netdevs come from the ports' GID attributes (as `sysfs_info`) and must exist under
 //! `<sysfs>/class/net/`, so a `--path.sysfs` tree from another machine never makes rdmad
@@ -28,6 +41,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use rdmakit::catalog::{Catalog, Location};
+use rdmakit::ethtool::standard::{self, Request, StandardStat};
 use rdmakit::ethtool::{
     curated, CapturedEthtool, DriverStats, EthtoolError, EthtoolSource, KernelEthtool,
 };
@@ -57,13 +71,28 @@ const READ_ERRORS: Declared = Declared::gauge(
     "rdma_netdev_read_errors",
     "Whether the netdev's driver statistics could not be read in this scrape (1) or could (0)",
 );
+const STANDARD_READ_ERRORS: Declared = Declared::gauge(
+    "rdma_netdev_standard_read_errors",
+    "Whether an ethtool netlink request about the netdev failed in this scrape (1) or not (0; a driver without the operation is 0 and has no series)",
+);
+const FEC_INFO: Declared = Declared::info(
+    "rdma_netdev_fec",
+    "Active forward error correction of the netdev (ethtool --show-fec; value 1): None, RS, BaseR, LLRS, empty when the driver does not say",
+);
 
 /// The table row.
 pub const SPEC: CollectorSpec = CollectorSpec {
     name: "netdev",
     help: "driver statistics (ethtool -S) of each RDMA port's netdev and bond slaves: pause frames, discards, link errors",
     default_enabled: true,
-    metrics: &[INFO, ETHTOOL_STAT, STATS_DROPPED, READ_ERRORS],
+    metrics: &[
+        INFO,
+        ETHTOOL_STAT,
+        STATS_DROPPED,
+        READ_ERRORS,
+        STANDARD_READ_ERRORS,
+        FEC_INFO,
+    ],
     catalog_counters: &[Location::Netdev],
     patterns: &[],
     build,
@@ -156,9 +185,11 @@ impl Collector for Netdev {
         let catalog = Catalog::embedded().ok();
         // One read per netdev per scrape, whatever number of ports share it.
         let mut answers: HashMap<String, Result<DriverStats, EthtoolError>> = HashMap::new();
+        let mut standards: HashMap<String, Standard> = HashMap::new();
         for t in &targets {
+            let exists = netdev_exists(&self.sysfs, &t.netdev);
             let answer = answers.entry(t.netdev.clone()).or_insert_with(|| {
-                if netdev_exists(&self.sysfs, &t.netdev) {
+                if exists {
                     self.source.driver_stats(&t.netdev)
                 } else {
                     Err(EthtoolError::Os {
@@ -167,6 +198,9 @@ impl Collector for Netdev {
                     })
                 }
             });
+            let std_answer = standards
+                .entry(t.netdev.clone())
+                .or_insert_with(|| Standard::read(self.source.as_ref(), &t.netdev, exists));
             let base = || {
                 vec![
                     ("device", t.device.clone()),
@@ -174,6 +208,47 @@ impl Collector for Netdev {
                     ("netdev", t.netdev.clone()),
                 ]
             };
+            // The standard statistics first: their series win over the driver's.
+            for (request, failed) in &std_answer.requests {
+                let mut labels = base();
+                labels.push(("request", request.name().to_string()));
+                out.add_declared(
+                    &STANDARD_READ_ERRORS,
+                    labels,
+                    Value::Int(u64::from(*failed)),
+                )?;
+            }
+            if let Some(fec) = &std_answer.fec {
+                let mut labels = base();
+                labels.extend([
+                    ("active", fec.active.clone().unwrap_or_default()),
+                    ("auto", fec.auto.map(|a| a.to_string()).unwrap_or_default()),
+                ]);
+                out.add_declared(&FEC_INFO, labels, Value::Int(1))?;
+            }
+            let mut taken: Vec<(curated::Family, Vec<String>)> = Vec::new();
+            for stat in &std_answer.stats {
+                let c = curated::curate_standard(stat);
+                let Some(info) = catalog.and_then(|cat| cat.get("netdev", c.family.name())) else {
+                    continue;
+                };
+                if taken.iter().any(|(f, l)| *f == c.family && *l == c.labels) {
+                    continue;
+                }
+                let (family, kind) = names::netdev_metric_name(info);
+                let mut labels = base();
+                labels.extend(c.family.labels().iter().copied().zip(c.labels.clone()));
+                let added = out.add(
+                    &family,
+                    kind,
+                    || help::netdev_help(info),
+                    labels,
+                    names::netdev_metric_value(info, stat.value),
+                );
+                if added.is_ok() {
+                    taken.push((c.family, c.labels));
+                }
+            }
             let stats = match answer {
                 Ok(stats) => stats,
                 Err(e) => {
@@ -195,7 +270,10 @@ impl Collector for Netdev {
             for (name, value) in &stats.stats {
                 if let Some(c) = curated::curate(&stats.info.driver, name) {
                     let entry = catalog.and_then(|cat| cat.get("netdev", c.family.name()));
-                    if let Some(info) = entry {
+                    // A series the standard statistics already fed: the driver's statistic
+                    // goes generic, under its own name (never two values for one series).
+                    let superseded = taken.iter().any(|(f, l)| *f == c.family && *l == c.labels);
+                    if let (Some(info), false) = (entry, superseded) {
                         let (family, kind) = names::netdev_metric_name(info);
                         let mut labels = base();
                         labels.extend(c.family.labels().iter().copied().zip(c.labels));
@@ -226,6 +304,62 @@ impl Collector for Netdev {
             out.add_declared(&STATS_DROPPED, base(), Value::Int(dropped))?;
         }
         Ok(())
+    }
+}
+
+/// The ethtool netlink answers about one netdev, parsed.
+struct Standard {
+    /// Every request made and whether it failed (an unsupported operation is no failure).
+    requests: Vec<(Request, bool)>,
+    /// The standard statistics (pause, then the groups), in the kernel's order.
+    stats: Vec<StandardStat>,
+    /// The FEC state, when the driver answered.
+    fec: Option<standard::FecState>,
+}
+
+impl Standard {
+    fn read(source: &dyn EthtoolSource, netdev: &str, exists: bool) -> Standard {
+        let mut this = Standard {
+            requests: Vec::new(),
+            stats: Vec::new(),
+            fec: None,
+        };
+        let answers = if exists {
+            source.standard_raw(netdev)
+        } else {
+            Request::ALL
+                .iter()
+                .map(|&r| {
+                    let e = EthtoolError::Os {
+                        call: r.name(),
+                        errno: nix::errno::Errno::ENODEV as i32,
+                    };
+                    (r, Err(e))
+                })
+                .collect()
+        };
+        for (request, answer) in answers {
+            let parsed = match answer {
+                // Not captured: the request was never made.
+                Ok(None) => continue,
+                Err(e) => Err(e),
+                Ok(Some(bytes)) => match request {
+                    Request::Pause => standard::parse_pause(&bytes).map(|s| this.stats.extend(s)),
+                    Request::Stats => standard::parse_stats(&bytes).map(|s| this.stats.extend(s)),
+                    Request::Fec => standard::parse_fec(&bytes).map(|f| this.fec = Some(f)),
+                },
+            };
+            let failed = match parsed {
+                Ok(()) => false,
+                Err(e) if e.is_unsupported() => false,
+                Err(e) => {
+                    tracing::debug!(netdev, request = request.name(), "{e}");
+                    true
+                }
+            };
+            this.requests.push((request, failed));
+        }
+        this
     }
 }
 

@@ -12,6 +12,17 @@
 //!   width (`4X`) and lane speed (`EDR`, `HDR`, empty for SDR and unknown) of the active
 //!   rate
 //! - `rdma_device_numa_node`, `rdma_port_link_width_lanes` (4 for `4X`): the same as numbers
+//! - `rdma_port_lane_rate_bytes_per_second`: the kernel's rate of one lane (rate / width)
+//! - `rdma_port_effective_rate_bytes_per_second`: the data rate the link can carry after
+//!   line encoding and FEC. InfiniBand: lanes x the lane's data rate
+//!   (`rdmakit::model::Rate::infiniband_data_bits_per_second`: 8b/10b for SDR/DDR/QDR,
+//!   64b/66b for FDR10/FDR/EDR, HDR and up are specified by their data rate). Ethernet
+//!   (RoCE): the netdev's speed (`class/net/<netdev>/speed`, Mb/s), which is already the
+//!   MAC's data rate (64b/66b and RS-FEC sit below the MAC, the 256b/257b transcoding of
+//!   25G-and-up links makes room for RS-FEC), so the FEC mode does not change it; absent when
+//!   the netdev reports no speed (virtio_net, link down) or is not in this sysfs tree. The
+//!   kernel's own `rate` of a RoCE port is only the IB width x speed nearest to the netdev
+//!   speed (1 GbE shows `2.5 Gb/sec (1X SDR)`), hence the netdev's number.
 //! - `rdma_port_state_id`, `rdma_port_physical_state_id` (the kernel's numbers: 4 = ACTIVE,
 //!   5 = LinkUp), `rdma_port_rate_bytes_per_second` (the active rate / 8), `rdma_port_lid`
 //! - `rdma_sysfs_read_errors{collector="sysfs_info",device}`: files of the device that could
@@ -53,6 +64,14 @@ const PORT_LINK_WIDTH_LANES: Declared = Declared::gauge(
     "rdma_port_link_width_lanes",
     "Lanes of the port's active link (4 for 4X, from sysfs rate)",
 );
+const PORT_LANE_RATE: Declared = Declared::gauge(
+    "rdma_port_lane_rate_bytes_per_second",
+    "Rate of one lane of the port's active link (sysfs rate / width / 8)",
+);
+const PORT_EFFECTIVE_RATE: Declared = Declared::gauge(
+    "rdma_port_effective_rate_bytes_per_second",
+    "Data rate of the port's active link after line encoding and FEC (InfiniBand: lanes x lane data rate; Ethernet: the netdev's speed / 8)",
+);
 const PORT_LID: Declared = Declared::gauge(
     "rdma_port_lid",
     "Local identifier of the port (0 on Ethernet link layers)",
@@ -72,6 +91,8 @@ pub const SPEC: CollectorSpec = CollectorSpec {
         PORT_LID,
         DEVICE_NUMA_NODE,
         PORT_LINK_WIDTH_LANES,
+        PORT_LANE_RATE,
+        PORT_EFFECTIVE_RATE,
         super::sysfs_counters::READ_ERRORS,
     ],
     catalog_counters: &[],
@@ -90,6 +111,24 @@ fn build(config: &CollectorConfig) -> Box<dyn Collector> {
 
 struct SysfsInfo {
     source: super::SysfsSource,
+}
+
+/// The speed of `netdev` in bits per second (`<root>/class/net/<netdev>/speed`, Mb/s), when
+/// the netdev is in this tree and reports one (the kernel says -1, or refuses the read, for
+/// an unknown speed).
+fn netdev_speed_bits(root: &std::path::Path, netdev: &str) -> Option<u64> {
+    use std::io::Read;
+    if netdev.is_empty() || netdev.contains('/') || netdev.starts_with('.') {
+        return None;
+    }
+    let file = std::fs::File::open(root.join("class/net").join(netdev).join("speed")).ok()?;
+    let mut text = String::new();
+    file.take(32).read_to_string(&mut text).ok()?;
+    let mbps: i64 = text.trim().parse().ok()?;
+    u64::try_from(mbps)
+        .ok()
+        .filter(|&m| m > 0)?
+        .checked_mul(1_000_000)
 }
 
 impl Collector for SysfsInfo {
@@ -181,6 +220,26 @@ impl Collector for SysfsInfo {
                         labels(),
                         Value::Int(u64::from(width)),
                     )?;
+                }
+                if let (Some(bps), Some(width)) = (
+                    rate.and_then(|r| r.bits_per_second),
+                    rate.and_then(|r| r.width),
+                ) {
+                    if width > 0 {
+                        let lane = bps / u64::from(width) / 8;
+                        out.add_declared(&PORT_LANE_RATE, labels(), Value::Int(lane))?;
+                    }
+                }
+                let effective = match port.link_layer.as_deref() {
+                    Some("InfiniBand") => rate.and_then(|r| r.infiniband_data_bits_per_second()),
+                    Some("Ethernet") => port
+                        .netdev
+                        .as_deref()
+                        .and_then(|nd| netdev_speed_bits(self.source.reader.root(), nd)),
+                    _ => None,
+                };
+                if let Some(bits) = effective {
+                    out.add_declared(&PORT_EFFECTIVE_RATE, labels(), Value::Int(bits / 8))?;
                 }
                 if let Some(lid) = port.lid {
                     out.add_declared(&PORT_LID, labels(), Value::Int(u64::from(lid)))?;

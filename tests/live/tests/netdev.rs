@@ -230,3 +230,223 @@ fn veth_statistics_move_with_ib_write_bw() {
         println!("{netdev} {stat}: {a} -> {b} (+{})", b - a);
     }
 }
+
+/// `ethtool ARGS`: Ok(stdout) on success, Err(stderr) when ethtool reports a failure.
+fn ethtool(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("ethtool")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("FAIL: cannot run ethtool (in the lab image): {e}"));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    if out.status.success() {
+        Ok(text(&out.stdout))
+    } else {
+        Err(format!("{}{}", text(&out.stdout), text(&out.stderr)))
+    }
+}
+
+/// The rdmad series of `family` for one port's netdev, with the labels after `netdev`.
+fn rdmad_family(
+    series: &BTreeMap<String, f64>,
+    family: &str,
+    device: &str,
+    netdev: &str,
+) -> BTreeMap<String, f64> {
+    let prefix = format!("{family}{{device=\"{device}\",port=\"1\",netdev=\"{netdev}\"");
+    series
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_string(), *v)))
+        .collect()
+}
+
+/// The kernel's standard statistics and FEC state (ethtool netlink) as rdmad exports them
+/// equal what Debian's ethtool prints for every lab netdev: pause statistics
+/// (`ethtool --include-statistics -a`), the standard groups (`ethtool -S --all-groups`)
+/// and the active FEC (`ethtool --show-fec`); where the driver has no such operation
+/// (EOPNOTSUPP, virtio_net and veth have none) rdmad has no series and no error. Every
+/// request rdmad made was answered (`rdma_netdev_standard_read_errors` 0), so the kernel
+/// accepted its request encoding. The raw replies are printed (hex) for the record.
+#[test]
+fn standard_statistics_equal_ethtool() {
+    let series = rdmad_once();
+    for (device, netdev) in PAIRS {
+        for request in rdmakit::ethtool::standard::Request::ALL {
+            let key = format!(
+                "rdma_netdev_standard_read_errors{{device=\"{device}\",port=\"1\",netdev=\"{netdev}\",request=\"{}\"}}",
+                request.name()
+            );
+            assert_eq!(series.get(&key), Some(&0.0), "FAIL: {key}");
+        }
+        use rdmakit::ethtool::EthtoolSource;
+        for (request, answer) in rdmakit::ethtool::KernelEthtool.standard_raw(netdev) {
+            match answer {
+                Ok(Some(bytes)) => {
+                    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                    println!("{netdev} {}: {hex}", request.name());
+                }
+                other => panic!("FAIL: {netdev} {}: no reply: {other:?}", request.name()),
+            }
+        }
+
+        // Pause statistics.
+        let global = rdmad_family(&series, "rdma_netdev_pause_frames_total", device, netdev)
+            .into_iter()
+            .filter(|(k, _)| k.contains("priority=\"global\""))
+            .collect::<BTreeMap<_, _>>();
+        match ethtool(&["--include-statistics", "-a", netdev]) {
+            Ok(text) => {
+                for (direction, name) in [("tx", "tx_pause_frames"), ("rx", "rx_pause_frames")] {
+                    let want = text.lines().find_map(|l| {
+                        l.trim()
+                            .strip_prefix(&format!("{name}: "))?
+                            .parse::<f64>()
+                            .ok()
+                    });
+                    let key = format!(",direction=\"{direction}\",priority=\"global\"}}");
+                    assert_eq!(
+                        global.get(&key).copied(),
+                        want,
+                        "FAIL: {netdev} {name}: ethtool says\n{text}"
+                    );
+                }
+                println!("{netdev}: pause statistics equal ethtool: {global:?}");
+            }
+            Err(text) => {
+                assert!(
+                    text.contains("Operation not supported"),
+                    "FAIL: ethtool -a {netdev}: {text}"
+                );
+                assert!(
+                    global.is_empty(),
+                    "FAIL: {netdev}: {global:?} without pause"
+                );
+                println!("{netdev}: no pause operation (EOPNOTSUPP), no series: {text:?}");
+            }
+        }
+
+        // The standard groups: name -> value as ethtool prints them, and as rdmad exports.
+        let text = ethtool(&["-S", netdev, "--all-groups"])
+            .unwrap_or_else(|e| panic!("FAIL: ethtool -S {netdev} --all-groups: {e}"));
+        let mut want = BTreeMap::new();
+        for line in text.lines() {
+            let Some((name, value)) = line.trim().rsplit_once(": ") else {
+                continue;
+            };
+            for group in ["eth-phy", "eth-mac", "eth-ctrl", "rmon"] {
+                if let (Some(stat), Ok(v)) = (
+                    name.strip_prefix(group).and_then(|s| s.strip_prefix('-')),
+                    value.parse::<f64>(),
+                ) {
+                    want.insert(format!("{group}/{stat}"), v);
+                }
+            }
+        }
+        let mut got = BTreeMap::new();
+        for (k, v) in rdmad_family(&series, "rdma_netdev_standard_frames_total", device, netdev) {
+            let group = k.split("group=\"").nth(1).and_then(|s| s.split('"').next());
+            let stat = k.split("stat=\"").nth(1).and_then(|s| s.split('"').next());
+            got.insert(format!("{}/{}", group.unwrap_or(""), stat.unwrap_or("")), v);
+        }
+        for (family, name) in [
+            ("rdma_netdev_mac_bytes_total", "eth-mac/Octets"),
+            (
+                "rdma_netdev_crc_errors_total",
+                "eth-mac/FrameCheckSequenceErrors",
+            ),
+            (
+                "rdma_netdev_symbol_errors_total",
+                "eth-phy/SymbolErrorDuringCarrier",
+            ),
+        ] {
+            for (k, v) in rdmad_family(&series, family, device, netdev) {
+                let name = match (name, k.contains("\"tx\"")) {
+                    ("eth-mac/Octets", true) => "eth-mac/OctetsTransmittedOK".to_string(),
+                    ("eth-mac/Octets", false) => "eth-mac/OctetsReceivedOK".to_string(),
+                    (n, _) => n.to_string(),
+                };
+                got.insert(name, v);
+            }
+        }
+        // Counters move between the reads: names must agree, values may only have grown.
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>(),
+            "FAIL: {netdev}: rdmad and ethtool -S --all-groups name different standard statistics:\n{text}"
+        );
+        for (k, v) in &got {
+            assert!(
+                *v <= want[k],
+                "FAIL: {netdev} {k}: rdmad {v} > ethtool {}",
+                want[k]
+            );
+        }
+        println!(
+            "{netdev}: {} standard statistics, as ethtool -S --all-groups ({} lines)",
+            got.len(),
+            text.lines().count()
+        );
+
+        // FEC.
+        let fec = rdmad_family(&series, "rdma_netdev_fec_info", device, netdev);
+        match ethtool(&["--show-fec", netdev]) {
+            Ok(text) => {
+                let active = text
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("Active FEC encoding: "))
+                    .unwrap_or("")
+                    .trim()
+                    .to_string();
+                assert!(
+                    fec.keys()
+                        .any(|k| k.contains(&format!("active=\"{active}\""))),
+                    "FAIL: {netdev}: ethtool says {active:?}, rdmad {fec:?}"
+                );
+            }
+            Err(text) => {
+                assert!(
+                    text.contains("Operation not supported"),
+                    "FAIL: ethtool --show-fec {netdev}: {text}"
+                );
+                assert!(fec.is_empty(), "FAIL: {netdev}: {fec:?} without FEC");
+                println!("{netdev}: no FEC operation (EOPNOTSUPP), no series: {text:?}");
+            }
+        }
+    }
+}
+
+/// A RoCE port's effective rate is its netdev's speed as `ethtool NETDEV` prints it (veth
+/// says 10000Mb/s), and absent where ethtool says the speed is unknown (virtio_net).
+#[test]
+fn effective_rate_is_the_netdev_speed() {
+    let series = rdmad_once();
+    let mut known = 0;
+    for (device, netdev) in PAIRS {
+        let text = ethtool(&[netdev]).unwrap_or_else(|e| panic!("FAIL: ethtool {netdev}: {e}"));
+        let speed = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Speed: "))
+            .unwrap_or_else(|| panic!("FAIL: ethtool {netdev} prints no Speed:\n{text}"));
+        let key =
+            format!("rdma_port_effective_rate_bytes_per_second{{device=\"{device}\",port=\"1\"}}");
+        let got = series.get(&key).copied();
+        match speed
+            .strip_suffix("Mb/s")
+            .and_then(|m| m.parse::<f64>().ok())
+        {
+            Some(mbps) => {
+                assert_eq!(
+                    got,
+                    Some(mbps * 1e6 / 8.0),
+                    "FAIL: {key}, ethtool says {speed}"
+                );
+                known += 1;
+            }
+            None => assert_eq!(got, None, "FAIL: {key}, ethtool says {speed}"),
+        }
+        println!("{netdev}: ethtool Speed: {speed}; rdmad {key} = {got:?}");
+    }
+    assert!(
+        known > 0,
+        "FAIL: no lab netdev reports a speed (veth should)"
+    );
+}

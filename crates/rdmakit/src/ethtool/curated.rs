@@ -19,6 +19,24 @@
 //! drivers/net/ethernet/intel/ice/ice_ethtool.c. "Priority" is the 802.1p priority the
 //! frame pauses (PFC), or `global` for link-level 802.3x pause. A `-` means the driver has
 //! no such statistic: the series is absent, never a zero.
+//!
+//! The kernel's standard statistics (ethtool netlink, [`super::standard`]) feed the same
+//! families where they mean the same thing, and new ones otherwise ([`curate_standard`]):
+//!
+//! | standard statistic | family, labels |
+//! | --- | --- |
+//! | pause `tx_pause_frames`, `rx_pause_frames` | `pause_frames` {direction, priority=`global`} |
+//! | eth-phy `SymbolErrorDuringCarrier` | `symbol_errors` |
+//! | eth-mac `FrameCheckSequenceErrors` | `crc_errors` |
+//! | eth-mac `OctetsTransmittedOK`, `OctetsReceivedOK` | `mac_bytes` {direction} |
+//! | every other eth-phy, eth-mac, eth-ctrl, rmon statistic | `standard_frames` {group, stat} |
+//!
+//! No double counting: one series per (family, labels). When the kernel gives a standard
+//! statistic for a series that a driver statistic would also feed (mlx5 `rx_global_pause`,
+//! `rx_crc_errors_phy`, `rx_symbol_err_phy`; bnxt_en `rx_pause_frames`, ...), the standard
+//! value wins (it is defined by IEEE 802.3 the same way on every driver) and the driver's
+//! statistic is exported under its own name as a generic one instead. Per-priority (PFC)
+//! pause has no standard counterpart and always comes from the driver.
 
 /// A curated family (its catalog name is [`Family::name`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -35,6 +53,10 @@ pub enum Family {
     SymbolErrors,
     /// Times the physical link went down.
     LinkDownEvents,
+    /// The kernel's standard frame counters (IEEE 802.3 / RMON), by group and name.
+    StandardFrames,
+    /// Bytes the MAC sent and received in good frames (IEEE 802.3 aOctets*OK).
+    MacBytes,
 }
 
 impl Family {
@@ -46,6 +68,8 @@ impl Family {
         Family::CrcErrors,
         Family::SymbolErrors,
         Family::LinkDownEvents,
+        Family::StandardFrames,
+        Family::MacBytes,
     ];
 
     /// The catalog name (family `netdev`) and metric name fragment.
@@ -57,6 +81,8 @@ impl Family {
             Family::CrcErrors => "crc_errors",
             Family::SymbolErrors => "symbol_errors",
             Family::LinkDownEvents => "link_down_events",
+            Family::StandardFrames => "standard_frames",
+            Family::MacBytes => "mac_bytes",
         }
     }
 
@@ -65,6 +91,8 @@ impl Family {
         match self {
             Family::PauseFrames | Family::PauseDuration => &["direction", "priority"],
             Family::Discards => &["direction", "reason"],
+            Family::StandardFrames => &["group", "stat"],
+            Family::MacBytes => &["direction"],
             Family::CrcErrors | Family::SymbolErrors | Family::LinkDownEvents => &[],
         }
     }
@@ -183,9 +211,50 @@ pub fn curate(driver: &str, name: &str) -> Option<Curated> {
         })
 }
 
+/// The curated meaning of a standard statistic (every one has one; see the module table).
+pub fn curate_standard(stat: &super::standard::StandardStat) -> Curated {
+    let c = |family: Family, labels: &[&str]| Curated {
+        family,
+        labels: labels.iter().map(|s| s.to_string()).collect(),
+    };
+    match (stat.group, stat.name.as_str()) {
+        ("pause", "tx_pause_frames") => c(Family::PauseFrames, &["tx", "global"]),
+        ("pause", "rx_pause_frames") => c(Family::PauseFrames, &["rx", "global"]),
+        ("eth-phy", "SymbolErrorDuringCarrier") => c(Family::SymbolErrors, &[]),
+        ("eth-mac", "FrameCheckSequenceErrors") => c(Family::CrcErrors, &[]),
+        ("eth-mac", "OctetsTransmittedOK") => c(Family::MacBytes, &["tx"]),
+        ("eth-mac", "OctetsReceivedOK") => c(Family::MacBytes, &["rx"]),
+        (group, name) => c(Family::StandardFrames, &[group, name]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn standard_statistics_map_once() {
+        let s = |group: &'static str, name: &str| super::super::standard::StandardStat {
+            group,
+            name: name.to_string(),
+            value: 1,
+        };
+        assert_eq!(
+            curate_standard(&s("pause", "rx_pause_frames")),
+            curate("mlx5_core", "rx_global_pause").unwrap()
+        );
+        assert_eq!(
+            curate_standard(&s("eth-mac", "FrameCheckSequenceErrors")),
+            curate("bnxt_en", "rx_fcs_err_frames").unwrap()
+        );
+        assert_eq!(
+            curate_standard(&s("rmon", "etherStatsJabbers")),
+            Curated {
+                family: Family::StandardFrames,
+                labels: vec!["rmon".into(), "etherStatsJabbers".into()]
+            }
+        );
+    }
 
     fn c(family: Family, labels: &[&str]) -> Option<Curated> {
         Some(Curated {

@@ -7,11 +7,19 @@
 //! raw buffers exactly as the kernel filled them (`drvinfo.bin`, `strings.bin`,
 //! `stats.bin`), or a file `errno` with the number the call failed with. Both go through the
 //! same parser ([`parse`]); [`KernelEthtool::capture`] writes such a directory.
+//!
+//! The kernel's standard statistics (pause, eth-phy, eth-mac, eth-ctrl, rmon) and the FEC
+//! state come over ethtool netlink instead ([`genl`], parsed by [`standard`]); a capture
+//! holds each reply datagram as the kernel sent it (`nl-pause.bin`, `nl-stats.bin`,
+//! `nl-fec.bin`: the reply, or the kernel's `NLMSG_ERROR`). A netdev directory without
+//! them was captured without netlink: those requests are then not made at all.
 
 pub mod curated;
+pub mod genl;
 #[allow(unsafe_code)]
 mod ioctl;
 pub mod parse;
+pub mod standard;
 
 use std::path::{Path, PathBuf};
 
@@ -118,10 +126,19 @@ impl RawDriverStats {
     }
 }
 
+/// The answer to one ethtool netlink request: the raw reply datagram, `Ok(None)` when the
+/// source has no such answer (a capture made without netlink), or why it failed before
+/// the kernel answered.
+pub type StandardAnswer = Result<Option<Vec<u8>>, EthtoolError>;
+
 /// Where driver statistics come from.
 pub trait EthtoolSource: Send + Sync {
     /// The driver statistics of `netdev`.
     fn driver_stats(&self, netdev: &str) -> Result<DriverStats, EthtoolError>;
+
+    /// The raw replies to the ethtool netlink requests about `netdev`, in
+    /// [`standard::Request::ALL`] order.
+    fn standard_raw(&self, netdev: &str) -> Vec<(standard::Request, StandardAnswer)>;
 }
 
 /// The running kernel.
@@ -170,6 +187,11 @@ impl KernelEthtool {
                 std::fs::write(out.join("errno"), format!("{errno}\n"))?;
             }
             Err(e) => return Err(std::io::Error::other(e.to_string())),
+        }
+        for (request, answer) in self.standard_raw(netdev) {
+            if let Ok(Some(bytes)) = answer {
+                std::fs::write(out.join(request.capture_file()), bytes)?;
+            }
         }
         Ok(())
     }
@@ -229,6 +251,21 @@ fn raw_once(socket: &std::os::fd::OwnedFd, netdev: &str) -> Result<RawDriverStat
 impl EthtoolSource for KernelEthtool {
     fn driver_stats(&self, netdev: &str) -> Result<DriverStats, EthtoolError> {
         self.raw(netdev)?.parse()
+    }
+
+    fn standard_raw(&self, netdev: &str) -> Vec<(standard::Request, StandardAnswer)> {
+        // One socket per netdev and scrape: the family lookup is one more round trip.
+        let mut socket = genl::EthtoolNetlink::open();
+        standard::Request::ALL
+            .iter()
+            .map(|&r| {
+                let answer = match &mut socket {
+                    Ok(s) => s.raw(r, netdev).map(Some),
+                    Err(e) => Err(e.clone()),
+                };
+                (r, answer)
+            })
+            .collect()
     }
 }
 
@@ -292,6 +329,32 @@ impl EthtoolSource for CapturedEthtool {
     fn driver_stats(&self, netdev: &str) -> Result<DriverStats, EthtoolError> {
         self.raw(netdev)?.parse()
     }
+
+    fn standard_raw(&self, netdev: &str) -> Vec<(standard::Request, StandardAnswer)> {
+        let dir = self.dir.join(netdev);
+        standard::Request::ALL
+            .iter()
+            .map(|&r| {
+                let answer = if netdev.is_empty() || netdev.contains('/') || !dir.is_dir() {
+                    Err(EthtoolError::Os {
+                        call: r.name(),
+                        errno: nix::errno::Errno::ENODEV as i32,
+                    })
+                } else {
+                    let path = dir.join(r.capture_file());
+                    match std::fs::read(&path) {
+                        Ok(bytes) => Ok(Some(bytes)),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                        Err(e) => Err(EthtoolError::Capture {
+                            path: path.display().to_string(),
+                            message: e.to_string(),
+                        }),
+                    }
+                };
+                (r, answer)
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -307,6 +370,29 @@ mod tests {
                 errno: nix::errno::Errno::ENODEV as i32
             })
         );
+    }
+
+    #[test]
+    fn kernel_netlink_answers_enodev_for_a_missing_netdev() {
+        // A real request to this machine's kernel about a netdev that does not exist: every
+        // request fails with ENODEV on its own (or the kernel has no ethtool family).
+        for (request, answer) in KernelEthtool.standard_raw("rdmad-nonexist") {
+            let err = match answer {
+                Ok(Some(bytes)) => match request {
+                    standard::Request::Pause => standard::parse_pause(&bytes).unwrap_err(),
+                    standard::Request::Stats => standard::parse_stats(&bytes).unwrap_err(),
+                    standard::Request::Fec => standard::parse_fec(&bytes).unwrap_err(),
+                },
+                Ok(None) => panic!("the kernel source always answers"),
+                Err(e) => e,
+            };
+            assert!(
+                matches!(err, EthtoolError::Os { errno, .. }
+                    if errno == nix::errno::Errno::ENODEV as i32
+                        || errno == nix::errno::Errno::ENOENT as i32),
+                "{request:?}: {err}"
+            );
+        }
     }
 
     #[test]
