@@ -66,8 +66,12 @@ pub(crate) struct DirFiles {
     dir: Option<OwnedFd>,
     /// Its entries (sorted, without `.` and `..`) and the generation that listed them.
     names: Option<(Vec<String>, u64)>,
-    /// Descriptors of its files, by name.
+    /// Descriptors of its files read by name (attribute directories).
     files: FxHashMap<String, OwnedFd>,
+    /// Descriptors of its listed files (counter directories), by index in `names`: a
+    /// counter directory's files are read in listing order, so each is found by position,
+    /// without hashing and comparing its name on every snapshot.
+    slots: Vec<Option<OwnedFd>>,
 }
 
 impl OpenFiles {
@@ -103,7 +107,7 @@ impl OpenFiles {
             let dir = lock(dir);
             let keep = dir.seen + 1 >= generation;
             if !keep {
-                self.open.fetch_sub(dir.files.len(), Ordering::Relaxed);
+                self.open.fetch_sub(dir.kept(), Ordering::Relaxed);
             }
             keep
         });
@@ -142,7 +146,7 @@ impl OpenFiles {
             let mut dir = lock(&entry);
             dir.seen = dir.seen.max(generation);
             if dir.id != id {
-                self.open.fetch_sub(dir.files.len(), Ordering::Relaxed);
+                self.open.fetch_sub(dir.kept(), Ordering::Relaxed);
                 *dir = DirFiles {
                     id,
                     seen: dir.seen,
@@ -160,6 +164,23 @@ impl OpenFiles {
         }
         if files.insert(name.to_owned(), fd).is_none() {
             self.open.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Keep `fd` in the listed file's `slot` if there is room.
+    pub(crate) fn keep_slot(&self, slot: &mut Option<OwnedFd>, fd: OwnedFd) {
+        if self.open.load(Ordering::Relaxed) >= self.max {
+            return;
+        }
+        if slot.replace(fd).is_none() {
+            self.open.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Forget the descriptor in `slot` (it failed).
+    pub(crate) fn forget_slot(&self, slot: &mut Option<OwnedFd>) {
+        if slot.take().is_some() {
+            self.open.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -197,6 +218,17 @@ impl OpenFiles {
                 .retain(|name, _| names.binary_search(name).is_ok());
             self.open
                 .fetch_sub(before - dir.files.len(), Ordering::Relaxed);
+            // The listed files' descriptors follow their names to their new positions;
+            // those of files no longer listed are dropped.
+            let old_names = dir.names.take().map(|(n, _)| n).unwrap_or_default();
+            let old_slots = std::mem::take(&mut dir.slots);
+            let mut old: FxHashMap<String, OwnedFd> = old_names
+                .into_iter()
+                .zip(old_slots)
+                .filter_map(|(name, slot)| slot.map(|fd| (name, fd)))
+                .collect();
+            dir.slots = names.iter().map(|name| old.remove(name)).collect();
+            self.open.fetch_sub(old.len(), Ordering::Relaxed);
             dir.names = Some((names, generation));
         }
         Ok(())
@@ -204,22 +236,37 @@ impl OpenFiles {
 }
 
 impl DirFiles {
-    /// Split borrows: the descriptor, the listing (after [`OpenFiles::prepare`] with `list`)
-    /// and the file descriptors.
-    pub(crate) fn parts(
-        &mut self,
-    ) -> (
-        Option<BorrowedFd<'_>>,
-        &[String],
-        &mut FxHashMap<String, OwnedFd>,
-    ) {
-        let names = self.names.as_ref().map_or(&[][..], |(n, _)| n.as_slice());
-        (
-            self.dir.as_ref().map(|fd| fd.as_fd()),
-            names,
-            &mut self.files,
-        )
+    /// File descriptors kept of this directory.
+    fn kept(&self) -> usize {
+        self.files.len() + self.slots.iter().filter(|s| s.is_some()).count()
     }
+
+    /// Split borrows: the descriptor, the listing (after [`OpenFiles::prepare`] with `list`),
+    /// the descriptors of files read by name and those of the listed files (one slot per
+    /// name of the listing, in its order).
+    pub(crate) fn parts(&mut self) -> DirParts<'_> {
+        let names = self.names.as_ref().map_or(&[][..], |(n, _)| n.as_slice());
+        // Only a listing fills `slots`, one per name; anything else has none.
+        self.slots.resize_with(names.len(), || None);
+        DirParts {
+            dir: self.dir.as_ref().map(|fd| fd.as_fd()),
+            names,
+            files: &mut self.files,
+            slots: &mut self.slots,
+        }
+    }
+}
+
+/// The parts of a [`DirFiles`], borrowed apart.
+pub(crate) struct DirParts<'a> {
+    /// The directory's descriptor.
+    pub dir: Option<BorrowedFd<'a>>,
+    /// Its listing, sorted.
+    pub names: &'a [String],
+    /// Descriptors of files read by name.
+    pub files: &'a mut FxHashMap<String, OwnedFd>,
+    /// Descriptors of the listed files, `names[i]`'s in `slots[i]`.
+    pub slots: &'a mut [Option<OwnedFd>],
 }
 
 /// Lock, ignoring poisoning: the maps stay consistent (a panic mid-update at worst leaves a

@@ -463,6 +463,39 @@ mod tests {
     }
 
     #[test]
+    fn kept_descriptors_follow_their_names_through_relisting() {
+        let root = temp_tree("relist");
+        let counters = root.join("class/infiniband/rxe0/ports/1/counters");
+        for i in 0..3 {
+            write(&counters.join(format!("c{i}")), &format!("{i}\n"));
+        }
+        let open_files = Arc::new(OpenFiles::new(100));
+        let reader = SysfsReader::new(&root)
+            .with_threads(1)
+            .with_open_files(Arc::clone(&open_files));
+        // Past two relistings of the unchanged directory: every value fresh, each file kept
+        // once (no descriptor lost or counted twice).
+        for round in 0..(2 * handles::RELIST + 2) {
+            std::fs::write(counters.join("c1"), format!("{}\n", 100 + round)).unwrap();
+            let snap = reader.snapshot().unwrap();
+            let values: Vec<(String, u64)> = snap.devices[0].ports[0]
+                .counters
+                .iter()
+                .map(|c| (c.name.clone(), c.value))
+                .collect();
+            assert_eq!(
+                values,
+                [("c0", 0), ("c1", 100 + round), ("c2", 2)]
+                    .map(|(n, v)| (n.to_string(), v))
+                    .to_vec(),
+                "round {round}"
+            );
+            assert_eq!(open_files.len(), 3, "round {round}");
+        }
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
     fn no_more_descriptors_than_the_budget() {
         let root = temp_tree("budget");
         for i in 0..10 {

@@ -546,11 +546,11 @@ impl<'r> Walk<'r> {
                 .prepare(&mut kept, self.path.as_path(), generation, true)
                 .is_ok()
             {
-                if let (Some(fd), names, files) = kept.parts() {
-                    out.reserve(names.len());
-                    for name in names {
-                        let read =
-                            read_in_dir(&mut self.attr, fd, name, Some((open_files, &mut *files)));
+                let parts = kept.parts();
+                if let Some(fd) = parts.dir {
+                    out.reserve(parts.names.len());
+                    for (name, slot) in parts.names.iter().zip(parts.slots.iter_mut()) {
+                        let read = read_in_slot(&mut self.attr, fd, name, open_files, slot);
                         self.counter_file(ctx, source, name, read, out);
                     }
                     self.path.pop();
@@ -683,12 +683,15 @@ impl<'a> AttrDir<'a> {
     fn read(&mut self, attr: &mut AttrReader, name: &str) -> Result<usize, ReadFailure> {
         match self {
             AttrDir::Plain(fd) => read_in_dir(attr, *fd, name, None),
-            AttrDir::Kept(open_files, dir) => match dir.parts() {
-                (Some(fd), _, files) => read_in_dir(attr, fd, name, Some((open_files, files))),
-                (None, _, _) => Err(ReadFailure::Os(io::Error::other(
-                    "directory descriptor missing",
-                ))),
-            },
+            AttrDir::Kept(open_files, dir) => {
+                let parts = dir.parts();
+                match parts.dir {
+                    Some(fd) => read_in_dir(attr, fd, name, Some((open_files, parts.files))),
+                    None => Err(ReadFailure::Os(io::Error::other(
+                        "directory descriptor missing",
+                    ))),
+                }
+            }
         }
     }
 }
@@ -715,6 +718,28 @@ fn read_in_dir(
     let fd = file::open_at(dir, name)?;
     let n = attr.fill(&fd)?;
     open_files.keep(files, name, fd);
+    Ok(n)
+}
+
+/// Read the listed file `name` of `dir` into `attr` through the descriptor in its `slot`
+/// (dropped if it fails, and the file read afresh), else by opening it (and keeping the
+/// descriptor in the slot when there is room).
+fn read_in_slot(
+    attr: &mut AttrReader,
+    dir: BorrowedFd<'_>,
+    name: &str,
+    open_files: &OpenFiles,
+    slot: &mut Option<OwnedFd>,
+) -> Result<usize, ReadFailure> {
+    if let Some(fd) = slot.as_ref() {
+        if let Ok(n) = attr.fill(fd) {
+            return Ok(n);
+        }
+        open_files.forget_slot(slot);
+    }
+    let fd = file::open_at(dir, name)?;
+    let n = attr.fill(&fd)?;
+    open_files.keep_slot(slot, fd);
     Ok(n)
 }
 
