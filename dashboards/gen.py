@@ -587,6 +587,146 @@ def pingmesh():
     return b
 
 
+def cat_metrics(pairs):
+    """The exported metrics of (catalog family, counter) pairs, in order; the ones rdmad does
+    not export (or the catalog lacks) are left out."""
+    out = []
+    for fam, name in pairs:
+        m = METRIC_OF.get((fam, name))
+        if m and m not in out:
+            out.append(m)
+    return out
+
+
+def explain_lines(pairs):
+    """One line per catalog counter: its summary and the `rdmactl explain` command."""
+    lines = []
+    for fam, name in pairs:
+        c = next((c for c in FAMILIES.get(fam, {"counters": []})["counters"]
+                  if c["name"] == name and c["metric"]), None)
+        if c:
+            lines.append(f"- {counter_doc(c)} Explain: `rdmactl explain {name} --driver {fam}`")
+    return "\n".join(lines)
+
+
+# ECN / DCQCN: the notification point (the receiver: ECN-marked packets in, CNPs out) and the
+# reaction point (the sender: CNPs in, rate cuts), per driver, from the catalog.
+ECN_NP = [("mlx5", "np_ecn_marked_roce_packets"), ("mlx5", "np_cnp_sent"),
+          ("irdma", "RxECNMrkd"), ("irdma", "cnpSent"),
+          ("bnxt_re", "rx_ecn_marked_pkts"), ("bnxt_re", "tx_cnp_pkts")]
+ECN_RP = [("mlx5", "rp_cnp_handled"), ("mlx5", "rp_cnp_ignored"),
+          ("irdma", "cnpHandled"), ("irdma", "cnpIgnored"), ("bnxt_re", "rx_cnp_pkts")]
+LINK_ERRORS = [("ib_pma", "symbol_error"), ("netdev", "symbol_errors"),
+               ("netdev", "crc_errors"), ("ib_pma", "port_rcv_errors")]
+LINK_RECOVERY = [("ib_pma", "link_error_recovery"), ("ib_pma", "link_downed"),
+                 ("rxe", "link_downed"), ("netdev", "link_down_events")]
+NETDEV_SEL = PORT_SEL + ', netdev=~"$netdev"'
+
+
+def roce():
+    netdev_var = query_var("netdev", "Netdev", 'label_values(rdma_netdev_info{instance=~'
+                                               '"$instance", device=~"$device"}, netdev)')
+    b = Board("rdma-roce", "RDMA / RoCE fabric",
+              "The Ethernet side of RoCE ports: PFC pause frames and pause time per priority, "
+              "NIC discards, ECN/CNP (DCQCN) counters side by side per port, link errors and "
+              "link recovery, the link's width and rate. `rdmactl doctor roce` on the host "
+              "checks the configuration behind them (PFC priority, DSCP map, ECN, MTU).",
+              ["roce", "netdev"], extra_vars=[netdev_var])
+    pause = "rdma_netdev_pause_frames_total"
+    pause_t = "rdma_netdev_pause_duration_seconds_total"
+    legend = "{{instance}} {{device}}/{{port}} {{netdev}} prio {{priority}}"
+    b.row("Priority flow control (pause)")
+    for direction, what in (("rx", "received from the link partner: this port was told to "
+                             "stop sending on the priority"),
+                            ("tx", "sent by this port: its receive buffer for the priority "
+                             "was filling up")):
+        b.add(timeseries(f"Pause frames {direction} per priority",
+                         f"Pause (XOFF) frames per second {what} (`{pause}`, "
+                         f"direction=\"{direction}\"; priority `global` is 802.3x link pause)."
+                         "\n\n" + explain_lines([("netdev", "pause_frames")]),
+                         f'sum by (instance, device, port, netdev, priority) (rate({pause}'
+                         f'{{{NETDEV_SEL}, direction="{direction}"}}[$__rate_interval]))',
+                         legend, unit="pps"))
+    b.add(timeseries("Paused fraction of time per priority",
+                     f"rate() of the pause duration (`{pause_t}`): the share of time the port "
+                     "was paused (rx: told to stop; tx: telling its partner to stop); 1 means "
+                     "paused all the time, a pause storm. mlx5 and bnxt_en report it, ice does "
+                     "not.\n\n" + explain_lines([("netdev", "pause_duration")]),
+                     f'sum by (instance, device, port, netdev, direction, priority) (rate('
+                     f'{pause_t}{{{NETDEV_SEL}}}[$__rate_interval]))',
+                     "{{instance}} {{device}}/{{port}} {{netdev}} {{direction}} prio {{priority}}",
+                     unit="percentunit"), w=24)
+    b.row("Drops")
+    b.add(timeseries("NIC discards", "Frames the adapter dropped per second, by direction "
+                     "and reason (`rdma_netdev_discards_total`: port = no buffer space at the "
+                     "port, out_of_buffer = no receive descriptor posted). On a lossless "
+                     "priority each one is a RoCE retransmission.\n\n"
+                     + explain_lines([("netdev", "discards")]),
+                     f'sum by (instance, device, port, netdev, direction, reason) (rate('
+                     f'rdma_netdev_discards_total{{{NETDEV_SEL}}}[$__rate_interval]))',
+                     "{{instance}} {{device}}/{{port}} {{netdev}} {{direction}} {{reason}}",
+                     unit="pps"))
+    oob = [("mlx5", "out_of_buffer"), ("bnxt_re", "out_of_buffer")]
+    b.add(timeseries("RDMA receive queue out of buffer", "Packets the RDMA device dropped "
+                     "because the receive queue had no posted buffer (the RDMA counterpart of "
+                     "the NIC's out_of_buffer).\n\n" + explain_lines(oob),
+                     labelled_rates(cat_metrics(oob)),
+                     "{{instance}} {{device}}/{{port}} {{counter}}", unit="pps"))
+    b.row("Congestion: ECN and CNP (DCQCN), per port")
+    b.add(timeseries("Notification point: ECN-marked in, CNPs out", "The receiving side of "
+                     "DCQCN per port: RoCE packets that arrived with ECN Congestion "
+                     "Experienced set, and the congestion notification packets (CNPs) sent "
+                     "back to their senders. Read it next to the reaction point panel of the "
+                     "same port.\n\n" + explain_lines(ECN_NP),
+                     labelled_rates(cat_metrics(ECN_NP)),
+                     "{{instance}} {{device}}/{{port}} {{counter}}", unit="pps"))
+    b.add(timeseries("Reaction point: CNPs handled / ignored", "The sending side of DCQCN "
+                     "per port: CNPs received and acted on (the sender cut its rate) or "
+                     "ignored. CNPs handled without pauses falling means DCQCN works; pauses "
+                     "without CNPs means ECN is off somewhere on the path.\n\n"
+                     + explain_lines(ECN_RP),
+                     labelled_rates(cat_metrics(ECN_RP)),
+                     "{{instance}} {{device}}/{{port}} {{counter}}", unit="pps"))
+    b.row("Link quality")
+    b.add(timeseries("Symbol and CRC errors", "Physical-layer errors per second: symbol "
+                     "errors (InfiniBand PMA and the NIC's PHY), frames with a bad FCS, "
+                     "received packets with errors. Rising counters on one port point at its "
+                     "cable, optic or connector.\n\n" + explain_lines(LINK_ERRORS),
+                     labelled_rates(cat_metrics(LINK_ERRORS)),
+                     "{{instance}} {{device}}/{{port}} {{counter}}", unit="cps"))
+    b.add(timeseries("Link error recovery and link downs", "Link retraining events and "
+                     "link-down transitions per second (InfiniBand PMA link_error_recovery and "
+                     "link_downed, rxe's link_downed, the NIC's link down events): a flapping "
+                     "link shows here first.\n\n" + explain_lines(LINK_RECOVERY),
+                     labelled_rates(cat_metrics(LINK_RECOVERY)),
+                     "{{instance}} {{device}}/{{port}} {{counter}}", unit="cps"))
+    b.row("Link width and rate")
+    b.add(table("Port links", "One row per port: netdev, state, active width and lane speed "
+                "(rdma_port_info); the value is the active rate. rdmad exports no supported "
+                "maximum: compare with the port's best of the last day (next panels).",
+                f'rdma_port_info{{{PORT_SEL}}}\n  * on (instance, device, port) group_left ()\n'
+                f'  rdma_port_rate_bytes_per_second{{{PORT_SEL}}}',
+                unit="Bps", rename={"Value": "rate"}), w=24, h=6)
+    b.add(timeseries("Active rate vs its 1-day maximum", "The port's active rate "
+                     "(rdma_port_rate_bytes_per_second) and the highest it had over the last "
+                     "day: a line below its maximum is a link that renegotiated down "
+                     "(RdmaLinkRateDegraded).",
+                     f'rdma_port_rate_bytes_per_second{{{PORT_SEL}}}',
+                     "{{instance}} {{device}}/{{port}} now", unit="Bps"))
+    b.panels[-1]["targets"].append(target(
+        f'max_over_time(rdma_port_rate_bytes_per_second{{{PORT_SEL}}}[1d])',
+        "{{instance}} {{device}}/{{port}} 1d max", ref="B"))
+    b.add(timeseries("Active width vs its 1-day maximum", "Lanes of the active link "
+                     "(rdma_port_link_width_lanes, 4 for 4X) and the most it had over the last "
+                     "day: fewer lanes than before is a degraded link (RdmaLinkWidthDegraded).",
+                     f'rdma_port_link_width_lanes{{{PORT_SEL}}}',
+                     "{{instance}} {{device}}/{{port}} now"))
+    b.panels[-1]["targets"].append(target(
+        f'max_over_time(rdma_port_link_width_lanes{{{PORT_SEL}}}[1d])',
+        "{{instance}} {{device}}/{{port}} 1d max", ref="B"))
+    return b
+
+
 RES_TYPES = [("qp", "Queue pairs"), ("cq", "Completion queues"), ("mr", "Memory regions"),
              ("pd", "Protection domains"), ("cm_id", "CM IDs"), ("ctx", "Contexts"),
              ("srq", "Shared receive queues")]
@@ -712,6 +852,46 @@ ALERTS = [
      "connector. Reseat or replace it before it starts dropping frames."),
 ]
 
+# Link quality (the RoCE fabric dashboard's link rows). rdmad exports the active rate and
+# width only (sysfs `rate`; no file says what the port supports), so "below the maximum" is
+# below the port's own best of the last day, while the port is ACTIVE (a port that is down is
+# RdmaPortNotActive's).
+PORT_KEY = "job, instance, device, port"
+LINK_ALERTS = [
+    ("RdmaLinkErrorRecoveryRising",
+     f"sum by ({PORT_KEY}) (\n  rate({METRIC_OF[('ib_pma', 'link_error_recovery')]}[5m])\n) > 0",
+     "0m", "warning",
+     "Link error recovery on {{ $labels.instance }} {{ $labels.device }}/{{ $labels.port }}",
+     "The port's link retrained (InfiniBand PMA link_error_recovery rose in the last 5 "
+     "minutes): the physical link failed and recovered, dropping the packets in flight. "
+     "Repeated, it is a marginal cable or optic. See the RDMA / RoCE fabric dashboard; "
+     "`rdmactl explain link_error_recovery`."),
+    ("RdmaPortSymbolErrorsRising",
+     f"sum by ({PORT_KEY}) (\n  rate({METRIC_OF[('ib_pma', 'symbol_error')]}[5m])\n) > 0",
+     "15m", "warning",
+     "Symbol errors rising on {{ $labels.instance }} {{ $labels.device }}/{{ $labels.port }}",
+     "The port's InfiniBand PMA symbol_error counter kept rising for 15 minutes: the physical "
+     "layer decodes bad symbols (cable, optic, connector). The NIC's own symbol errors are "
+     "RdmaNetdevSymbolErrorsRising. `rdmactl explain symbol_error`."),
+    ("RdmaLinkRateDegraded",
+     "(\n  rdma_port_rate_bytes_per_second\n  < max_over_time(rdma_port_rate_bytes_per_second[1d])\n)"
+     "\nand on (job, instance, device, port) (rdma_port_state_id == 4)",
+     "15m", "warning",
+     "{{ $labels.device }}/{{ $labels.port }} on {{ $labels.instance }} runs below its rate of the last day",
+     "The port is ACTIVE at a lower rate than it had in the last day ({{ $value | humanize }}B/s "
+     "now): the link renegotiated to a lower speed or fewer lanes (bad lane, cable, optic, or "
+     "a switch port forced down). Check `ethtool <netdev>` (speed, supported link modes) and "
+     "the port's rdma_port_info link_width / link_speed."),
+    ("RdmaLinkWidthDegraded",
+     "(\n  rdma_port_link_width_lanes\n  < max_over_time(rdma_port_link_width_lanes[1d])\n)"
+     "\nand on (job, instance, device, port) (rdma_port_state_id == 4)",
+     "15m", "warning",
+     "{{ $labels.device }}/{{ $labels.port }} on {{ $labels.instance }} lost lanes",
+     "The port is ACTIVE with {{ $value }} lane(s), fewer than it had in the last day: a lane "
+     "failed and the link trained narrower (the rate drops with it). Reseat or replace the "
+     "cable or optic."),
+]
+
 RULE_ALERTS = [
     # (doctor rule id, alert, threshold per second, for, severity)
     ("link-down", "RdmaLinkDowned", 0, "0m", "critical"),
@@ -777,11 +957,15 @@ def rules_yaml():
     out += alert(*PROBE_ALERT)
     for a in PAIR_ALERTS:
         out += alert(*a)
+    out += ["  - name: rdma-link", "    rules:"]
+    for a in LINK_ALERTS:
+        out += alert(*a)
     return "\n".join(out) + "\n"
 
 
 BOARDS = {"rdma-fleet.json": fleet, "rdma-errors.json": errors, "rdma-probes.json": probes,
-          "rdma-resources.json": resources, "rdma-pingmesh.json": pingmesh}
+          "rdma-resources.json": resources, "rdma-pingmesh.json": pingmesh,
+          "rdma-roce.json": roce}
 
 
 def render():

@@ -34,6 +34,15 @@ fn report(root: &Path) -> RoceReport {
         root.join("ethtool")
     });
     let dcb = DcbSource::Captured(root.join("dcb"));
+    // The second reading of the port counters: the tree's `sysfs-after/` (a copy of the files
+    // that moved) when there is one, else the tree itself (nothing moved).
+    let names = roce::retransmit_counter_names().expect("embedded rules");
+    let after_root = root.join("sysfs-after");
+    let after_root = if after_root.is_dir() {
+        after_root
+    } else {
+        root.to_path_buf()
+    };
     roce::diagnose(&Inputs {
         root,
         snapshot: &snapshot,
@@ -43,6 +52,8 @@ fn report(root: &Path) -> RoceReport {
         stats_before: &|nd| first.driver_stats(nd),
         stats_after: &|nd| second.driver_stats(nd),
         interval_seconds: 1.0,
+        link_before: &|d, p, nd| roce::sysfs_link_reading(root, d, p, nd, &names),
+        link_after: &|d, p, nd| roce::sysfs_link_reading(&after_root, d, p, nd, &names),
     })
 }
 
@@ -195,6 +206,28 @@ fn misconfigured_variants() {
     let r = variant("pause-storm-discards");
     assert_eq!(verdict(&r, t, "pause"), Verdict::Fail);
     assert_eq!(verdict(&r, t, "discards"), Verdict::Warn);
+    for id in ["link-flaps", "retransmits"] {
+        assert_eq!(verdict(&r, t, id), Verdict::Ok, "{id}: nothing moved");
+    }
+
+    let r = variant("link-flap-retransmits");
+    assert_eq!(verdict(&r, t, "link-flaps"), Verdict::Warn);
+    assert_eq!(verdict(&r, t, "retransmits"), Verdict::Warn);
+    let flap = r.checks.iter().find(|c| c.id == "link-flaps").unwrap();
+    assert!(
+        flap.finding.contains("carrier_changes +2") && flap.finding.contains("link_downed +1"),
+        "{flap:?}"
+    );
+    let re = r.checks.iter().find(|c| c.id == "retransmits").unwrap();
+    assert!(re.finding.starts_with("30 retransmission"), "{re:?}");
+    assert!(
+        re.evidence
+            .iter()
+            .any(|e| e == "hw_counters/out_of_sequence = 40 (+28 in 1.0 s)"),
+        "{re:?}"
+    );
+    // The other checks of the same healthy configuration are untouched.
+    assert_eq!(verdict(&r, t, "pfc"), Verdict::Ok);
 }
 
 #[test]

@@ -31,7 +31,8 @@ pub struct Args {
     /// Print the checks as JSON.
     #[arg(long)]
     json: bool,
-    /// Seconds between the two readings of the driver statistics (pause, discards).
+    /// Seconds between the two readings of the driver statistics (pause, discards) and of
+    /// the link and retransmission counters.
     #[arg(long, default_value_t = 1.0)]
     interval: f64,
     /// Where sysfs is mounted (configfs is read under PATH/kernel/config).
@@ -143,6 +144,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
             }
         }
     }
+    // The link and transport counters, first reading (the second is taken by the checks).
+    let retransmit_names = roce::retransmit_counter_names()?;
+    let link = |root: &std::path::Path, d: &str, p: u32, nd: &str| {
+        roce::sysfs_link_reading(root, d, p, nd, &retransmit_names)
+    };
+    let mut link_before = std::collections::HashMap::new();
+    for dev in &snapshot.devices {
+        for p in &dev.ports {
+            if let Some(nd) = &p.netdev {
+                link_before.insert(
+                    (dev.name.clone(), p.num),
+                    link(&args.sysfs, &dev.name, p.num, nd),
+                );
+            }
+        }
+    }
     let t0 = Instant::now();
     if args.interval > 0.0 && args.ethtool_capture.is_none() {
         std::thread::sleep(Duration::from_secs_f64(args.interval));
@@ -171,6 +188,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         },
         stats_after: &|nd| read_stats(&second, nd),
         interval_seconds: secs,
+        link_before: &|d, p, nd| {
+            link_before
+                .get(&(d.to_string(), p))
+                .cloned()
+                .unwrap_or_else(|| link(&sysfs, d, p, nd))
+        },
+        link_after: &|d, p, nd| link(&sysfs, d, p, nd),
     });
     let mut out = std::io::stdout().lock();
     if args.json {

@@ -7,12 +7,16 @@
 //! (`kernel/config/rdma_cm/<dev>/ports/<n>/default_roce_mode|default_roce_tos`, under the
 //! sysfs root), DCB netlink ([`dcb`]: PFC, the APP table, the APP trust order), mlx5's ECN
 //! switches (`class/net/<nd>/ecn/roce_np|roce_rp/enable/<prio>`) and the netdev's driver
-//! statistics (pause frames, pause time, discards: [`crate::ethtool::curated`]), read twice.
+//! statistics (pause frames, pause time, discards: [`crate::ethtool::curated`]), read twice,
+//! and the port's link and transport counters (the netdev's `carrier_changes`, the port's
+//! `link_downed` / `link_error_recovery` and the retransmission counters of the doctor rule
+//! `packet-loss`: [`LinkReading`]), read twice.
 //! What the driver does not report is [`Verdict::NotAvailable`] with the reason, never a
 //! guess.
 
 pub mod dcb;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
@@ -68,7 +72,7 @@ impl Verdict {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Check {
     /// Stable id: `mtu`, `roce-v2-gid`, `cm-roce-mode`, `cm-tos`, `pfc`, `dscp-map`,
-    /// `trust`, `tc-protected`, `ecn`, `pause`, `discards`.
+    /// `trust`, `tc-protected`, `ecn`, `pause`, `discards`, `link-flaps`, `retransmits`.
     pub id: &'static str,
     /// `device/port`.
     pub target: String,
@@ -154,6 +158,76 @@ pub struct Inputs<'a> {
     pub stats_after: &'a dyn Fn(&str) -> Result<DriverStats, EthtoolError>,
     /// Seconds between the readings.
     pub interval_seconds: f64,
+    /// The port's link and transport counters (device, port, netdev), first reading.
+    pub link_before: &'a dyn Fn(&str, u32, &str) -> LinkReading,
+    /// The same, second reading.
+    pub link_after: &'a dyn Fn(&str, u32, &str) -> LinkReading,
+}
+
+/// Counters of a port that move when its link flaps or its packets are lost, by the name
+/// the evidence prints (`class/net/<nd>/carrier_changes`, `hw_counters/<name>`,
+/// `counters/<name>`); a file that is absent or unreadable has no entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkReading {
+    /// Link counters: carrier changes, link downs, link error recoveries.
+    pub link: BTreeMap<String, u64>,
+    /// Retransmission and sequence-error counters (the doctor rule `packet-loss`).
+    pub retransmits: BTreeMap<String, u64>,
+}
+
+/// The counters that count retransmissions or sequence errors on any driver: those of the
+/// doctor rule `packet-loss` (catalog/rules.toml).
+pub fn retransmit_counter_names() -> Result<Vec<String>, crate::doctor::RuleError> {
+    Ok(crate::doctor::Rules::embedded()?
+        .iter()
+        .find(|r| r.id == "packet-loss")
+        .map(|r| r.counters.clone())
+        .unwrap_or_default())
+}
+
+/// The port's link counters besides `carrier_changes` (PMA or driver files).
+const LINK_COUNTERS: [&str; 2] = ["link_downed", "link_error_recovery"];
+
+/// Read a [`LinkReading`] of `device` port `port` and its `netdev` under a sysfs root;
+/// `retransmit_names` are the counter names that count retransmissions or sequence errors
+/// (the `packet-loss` rule's counters).
+pub fn sysfs_link_reading(
+    root: &Path,
+    device: &str,
+    port: u32,
+    netdev: &str,
+    retransmit_names: &[String],
+) -> LinkReading {
+    let num = |p: &Path| read_trim(p).and_then(|t| t.parse::<u64>().ok());
+    let mut r = LinkReading::default();
+    if !netdev.is_empty() && !netdev.contains('/') {
+        let f = root.join("class/net").join(netdev).join("carrier_changes");
+        if let Some(v) = num(&f) {
+            r.link
+                .insert(format!("class/net/{netdev}/carrier_changes"), v);
+        }
+    }
+    let dir = root
+        .join("class/infiniband")
+        .join(device)
+        .join("ports")
+        .join(port.to_string());
+    for sub in ["hw_counters", "counters"] {
+        for name in LINK_COUNTERS {
+            if let Some(v) = num(&dir.join(sub).join(name)) {
+                r.link.insert(format!("{sub}/{name}"), v);
+            }
+        }
+        for name in retransmit_names {
+            if name.contains('/') {
+                continue;
+            }
+            if let Some(v) = num(&dir.join(sub).join(name)) {
+                r.retransmits.insert(format!("{sub}/{name}"), v);
+            }
+        }
+    }
+    r
 }
 
 const LESSON_MTU: &str = "rdmactl lesson show 7 (InfiniBand and RoCE v2 in practice: MTU)";
@@ -162,9 +236,19 @@ const LESSON_GID: &str =
 const LESSON_LOSSLESS: &str =
     "rdmactl lesson show 13 (Design patterns: RoCE without loss: PFC, ECN and the ToS)";
 
+const LESSON_RETRY: &str = "rdmactl lesson show 8 (Error handling: The retry parameters)";
+const LESSON_COUNTERS: &str =
+    "rdmactl lesson show 11 (Observing RDMA in production: Where the numbers are)";
+
 /// Every lesson a check points to: `rdmactl lesson show N (Chapter: Section)`, where Section
 /// is a `## ` heading of chapter N (a test holds them to the course's text).
-pub const LESSONS: [&str; 3] = [LESSON_MTU, LESSON_GID, LESSON_LOSSLESS];
+pub const LESSONS: [&str; 5] = [
+    LESSON_MTU,
+    LESSON_GID,
+    LESSON_LOSSLESS,
+    LESSON_RETRY,
+    LESSON_COUNTERS,
+];
 
 fn na(reason: impl Into<String>) -> (Verdict, String) {
     (Verdict::NotAvailable, reason.into())
@@ -696,6 +780,101 @@ fn port_checks(
             }
         }
     }
+    out.extend(link_checks(inputs, device, port.num, target, netdev));
+    out
+}
+
+/// 12./13. Link flaps and retransmissions, from two readings of the port's counters.
+fn link_checks(
+    inputs: &Inputs<'_>,
+    device: &str,
+    port: u32,
+    target: &str,
+    netdev: &str,
+) -> Vec<Check> {
+    let before = (inputs.link_before)(device, port, netdev);
+    let after = (inputs.link_after)(device, port, netdev);
+    let secs = inputs.interval_seconds;
+    // (name, value now, rise over the interval) of every counter read both times.
+    let deltas =
+        |b: &BTreeMap<String, u64>, a: &BTreeMap<String, u64>| -> Vec<(String, u64, u64)> {
+            a.iter()
+                .filter_map(|(n, v)| Some((n.clone(), *v, v.saturating_sub(*b.get(n)?))))
+                .collect()
+        };
+    let check = |id, (verdict, finding): (Verdict, String), evidence, fix: String, lesson| Check {
+        id,
+        target: target.to_string(),
+        netdev: netdev.to_string(),
+        verdict,
+        finding,
+        evidence,
+        fix: matches!(verdict, Verdict::Fail | Verdict::Warn).then_some(fix),
+        lesson,
+    };
+    let evidence = |d: &[(String, u64, u64)]| -> Vec<String> {
+        d.iter()
+            .map(|(n, v, r)| format!("{n} = {v} (+{r} in {secs:.1} s)"))
+            .collect()
+    };
+    let mut out = Vec::new();
+
+    let link = deltas(&before.link, &after.link);
+    let rose: Vec<&(String, u64, u64)> = link.iter().filter(|d| d.2 > 0).collect();
+    let r = if link.is_empty() {
+        na(format!(
+            "not available: neither class/net/{netdev}/carrier_changes nor a link_downed counter of {target} is readable"
+        ))
+    } else if rose.is_empty() {
+        (Verdict::Ok, format!("the link stayed up for {secs:.1} s"))
+    } else {
+        let what: Vec<String> = rose
+            .iter()
+            .map(|(n, _, r)| format!("{} +{r}", n.rsplit('/').next().unwrap_or(n)))
+            .collect();
+        (
+            Verdict::Warn,
+            format!(
+                "the link of {netdev} flapped in {secs:.1} s ({}): traffic on it stalled and connections may have timed out",
+                what.join(", ")
+            ),
+        )
+    };
+    out.push(check(
+        "link-flaps",
+        r,
+        evidence(&link),
+        format!("look at the cable, optic and switch port of {netdev} (`ip -s link show {netdev}`, the switch's log); a link that keeps flapping should be taken out of service"),
+        LESSON_COUNTERS,
+    ));
+
+    let re = deltas(&before.retransmits, &after.retransmits);
+    let rising: u64 = re.iter().map(|d| d.2).sum();
+    let r = if re.is_empty() {
+        na(format!(
+            "not available on this driver: {target} has no retransmission or sequence-error counter"
+        ))
+    } else if rising > 0 {
+        (
+            Verdict::Warn,
+            format!(
+                "{rising} retransmission / sequence-error event(s) in {secs:.1} s: packets between {target} and its peers are lost (a lossy link, drops on a priority without PFC, or a slow peer)"
+            ),
+        )
+    } else {
+        (
+            Verdict::Ok,
+            format!("no retransmissions or sequence errors in {secs:.1} s"),
+        )
+    };
+    let moved: Vec<(String, u64, u64)> = re.iter().filter(|d| d.2 > 0).cloned().collect();
+    out.push(check(
+        "retransmits",
+        r,
+        evidence(if moved.is_empty() { &re } else { &moved }),
+        format!("find where packets are lost: the discards and pause checks above, `rdmactl doctor` on both ends, the switch's drop counters for {netdev}'s port"),
+        LESSON_RETRY,
+    ));
     out
 }
 
