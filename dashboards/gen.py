@@ -488,6 +488,20 @@ def probes():
                      'kind="peer", peer=~"$peer"}[$__rate_interval]))\n  / sum by (instance, peer) '
                      f'(rate({PROBE_LAT}_count{{instance=~"$instance", kind="peer", '
                      'peer=~"$peer"}[$__rate_interval]))', "{{instance}} -> {{peer}}", unit="s"))
+    b.row("Handshake port")
+    b.add(timeseries("Peer handshakes accepted and refused", "Handshakes per second on this "
+                     "host's probe listener: accepted (rdma_probe_handshakes_accepted_total) "
+                     "and refused by reason (rdma_probe_handshakes_refused_total: busy = over "
+                     "the concurrent-handshake cap, timeout = not finished within its "
+                     "deadline, bad_mac = wrong secret, malformed, replay). Refusals without a "
+                     "misconfigured peer are a scan or a flood of the probe port.",
+                     'sum by (instance) (rate(rdma_probe_handshakes_accepted_total'
+                     '{instance=~"$instance"}[$__rate_interval]))',
+                     "{{instance}} accepted", unit="cps"), w=24)
+    b.panels[-1]["targets"].append(target(
+        'sum by (instance, reason) (rate(rdma_probe_handshakes_refused_total'
+        '{instance=~"$instance"}[$__rate_interval]))',
+        "{{instance}} refused {{reason}}", ref="B"))
     return b
 
 
@@ -672,6 +686,21 @@ def roce():
                      "the NIC's out_of_buffer).\n\n" + explain_lines(oob),
                      labelled_rates(cat_metrics(oob)),
                      "{{instance}} {{device}}/{{port}} {{counter}}", unit="pps"))
+    b.add(timeseries("Standard MAC and PHY statistics", "The kernel's standard statistics "
+                     "over ethtool netlink where the driver has them "
+                     "(rdma_netdev_standard_frames_total: groups eth-phy, eth-mac, eth-ctrl, "
+                     "rmon), per second, by group and statistic.\n\n"
+                     + explain_lines([("netdev", "standard_frames")]),
+                     f'sum by (instance, device, port, netdev, group, stat) (rate('
+                     f'rdma_netdev_standard_frames_total{{{NETDEV_SEL}}}[$__rate_interval]))',
+                     "{{instance}} {{netdev}} {{group}} {{stat}}", unit="pps"))
+    b.add(stat("ethtool netlink requests failing", "Netdevs whose last ethtool netlink "
+               "request failed (rdma_netdev_standard_read_errors, by request: pause, stats, "
+               "fec): the netdev vanished, the kernel refused, or the reply was malformed. "
+               "Only that request's series are missing; a driver without the operation "
+               "counts 0.",
+               f'sum(rdma_netdev_standard_read_errors{{{NETDEV_SEL}}})',
+               thresholds=RED_IF_POSITIVE))
     b.row("Congestion: ECN and CNP (DCQCN), per port")
     b.add(timeseries("Notification point: ECN-marked in, CNPs out", "The receiving side of "
                      "DCQCN per port: RoCE packets that arrived with ECN Congestion "
@@ -716,6 +745,21 @@ def roce():
     b.panels[-1]["targets"].append(target(
         f'max_over_time(rdma_port_rate_bytes_per_second{{{PORT_SEL}}}[1d])',
         "{{instance}} {{device}}/{{port}} 1d max", ref="B"))
+    b.add(timeseries("Effective (data) rate", "What the link carries after encoding "
+                     "(rdma_port_effective_rate_bytes_per_second): InfiniBand lanes times the "
+                     "lane's data rate after 8b/10b or 64b/66b; Ethernet the netdev's speed, "
+                     "already the MAC data rate. Next to it the lane rate "
+                     "(rdma_port_lane_rate_bytes_per_second).",
+                     f'rdma_port_effective_rate_bytes_per_second{{{PORT_SEL}}}',
+                     "{{instance}} {{device}}/{{port}} effective", unit="Bps"))
+    b.panels[-1]["targets"].append(target(
+        f'rdma_port_lane_rate_bytes_per_second{{{PORT_SEL}}}',
+        "{{instance}} {{device}}/{{port}} per lane", ref="B"))
+    b.add(table("FEC mode", "The forward error correction the NIC runs on each netdev "
+                "(ethtool netlink FEC_GET: rdma_netdev_fec_info's active and auto labels). "
+                "Both ends of a link must agree; a port without FEC where the optic needs it "
+                "shows as symbol and CRC errors.",
+                f'rdma_netdev_fec_info{{{NETDEV_SEL}}}', exclude=("Value",)))
     b.add(timeseries("Active width vs its 1-day maximum", "Lanes of the active link "
                      "(rdma_port_link_width_lanes, 4 for 4X) and the most it had over the last "
                      "day: fewer lanes than before is a degraded link (RdmaLinkWidthDegraded).",
