@@ -185,6 +185,14 @@ def timeseries(title, desc, expr, legend, unit="short", stack=False):
                         "tooltip": {"mode": "multi", "sort": "desc"}}}
 
 
+def two_lines(title, desc, expr_a, what_a, expr_b, what_b, unit="short"):
+    """A per-port timeseries of two queries (A and B), each line named by port and `what`."""
+    port = "{{instance}} {{device}}/{{port}}"
+    panel = timeseries(title, desc, expr_a, f"{port} {what_a}", unit=unit)
+    panel["targets"].append(target(expr_b, f"{port} {what_b}", ref="B"))
+    return panel
+
+
 def stat(title, desc, expr, unit="short", thresholds=None, color_mode="value"):
     steps = thresholds or [{"color": "green", "value": None}]
     return {"type": "stat", "title": title, "description": desc, "datasource": DS,
@@ -736,38 +744,31 @@ def roce():
                 f'rdma_port_info{{{PORT_SEL}}}\n  * on (instance, device, port) group_left ()\n'
                 f'  rdma_port_rate_bytes_per_second{{{PORT_SEL}}}',
                 unit="Bps", rename={"Value": "rate"}), w=24, h=6)
-    b.add(timeseries("Active rate vs its 1-day maximum", "The port's active rate "
-                     "(rdma_port_rate_bytes_per_second) and the highest it had over the last "
-                     "day: a line below its maximum is a link that renegotiated down "
-                     "(RdmaLinkRateDegraded).",
-                     f'rdma_port_rate_bytes_per_second{{{PORT_SEL}}}',
-                     "{{instance}} {{device}}/{{port}} now", unit="Bps"))
-    b.panels[-1]["targets"].append(target(
-        f'max_over_time(rdma_port_rate_bytes_per_second{{{PORT_SEL}}}[1d])',
-        "{{instance}} {{device}}/{{port}} 1d max", ref="B"))
-    b.add(timeseries("Effective (data) rate", "What the link carries after encoding "
-                     "(rdma_port_effective_rate_bytes_per_second): InfiniBand lanes times the "
-                     "lane's data rate after 8b/10b or 64b/66b; Ethernet the netdev's speed, "
-                     "already the MAC data rate. Next to it the lane rate "
-                     "(rdma_port_lane_rate_bytes_per_second).",
-                     f'rdma_port_effective_rate_bytes_per_second{{{PORT_SEL}}}',
-                     "{{instance}} {{device}}/{{port}} effective", unit="Bps"))
-    b.panels[-1]["targets"].append(target(
-        f'rdma_port_lane_rate_bytes_per_second{{{PORT_SEL}}}',
-        "{{instance}} {{device}}/{{port}} per lane", ref="B"))
+    b.add(two_lines("Active rate vs its 1-day maximum", "The port's active rate "
+                    "(rdma_port_rate_bytes_per_second) and the highest it had over the last "
+                    "day: a line below its maximum is a link that renegotiated down "
+                    "(RdmaLinkRateDegraded).",
+                    f'rdma_port_rate_bytes_per_second{{{PORT_SEL}}}', "now",
+                    f'max_over_time(rdma_port_rate_bytes_per_second{{{PORT_SEL}}}[1d])',
+                    "1d max", unit="Bps"))
+    b.add(two_lines("Effective (data) rate", "What the link carries after encoding "
+                    "(rdma_port_effective_rate_bytes_per_second): InfiniBand lanes times the "
+                    "lane's data rate after 8b/10b or 64b/66b; Ethernet the netdev's speed, "
+                    "already the MAC data rate. Next to it the lane rate "
+                    "(rdma_port_lane_rate_bytes_per_second).",
+                    f'rdma_port_effective_rate_bytes_per_second{{{PORT_SEL}}}', "effective",
+                    f'rdma_port_lane_rate_bytes_per_second{{{PORT_SEL}}}', "per lane",
+                    unit="Bps"))
     b.add(table("FEC mode", "The forward error correction the NIC runs on each netdev "
                 "(ethtool netlink FEC_GET: rdma_netdev_fec_info's active and auto labels). "
                 "Both ends of a link must agree; a port without FEC where the optic needs it "
                 "shows as symbol and CRC errors.",
                 f'rdma_netdev_fec_info{{{NETDEV_SEL}}}', exclude=("Value",)))
-    b.add(timeseries("Active width vs its 1-day maximum", "Lanes of the active link "
-                     "(rdma_port_link_width_lanes, 4 for 4X) and the most it had over the last "
-                     "day: fewer lanes than before is a degraded link (RdmaLinkWidthDegraded).",
-                     f'rdma_port_link_width_lanes{{{PORT_SEL}}}',
-                     "{{instance}} {{device}}/{{port}} now"))
-    b.panels[-1]["targets"].append(target(
-        f'max_over_time(rdma_port_link_width_lanes{{{PORT_SEL}}}[1d])',
-        "{{instance}} {{device}}/{{port}} 1d max", ref="B"))
+    b.add(two_lines("Active width vs its 1-day maximum", "Lanes of the active link "
+                    "(rdma_port_link_width_lanes, 4 for 4X) and the most it had over the last "
+                    "day: fewer lanes than before is a degraded link (RdmaLinkWidthDegraded).",
+                    f'rdma_port_link_width_lanes{{{PORT_SEL}}}', "now",
+                    f'max_over_time(rdma_port_link_width_lanes{{{PORT_SEL}}}[1d])', "1d max"))
     return b
 
 

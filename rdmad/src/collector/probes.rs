@@ -580,6 +580,20 @@ mod tests {
     };
     use std::collections::BTreeMap;
 
+    /// The summary of a run of one sample of `us` microseconds.
+    fn one_sample_summary(us: f64) -> LatencySummary {
+        LatencySummary {
+            iterations: 1,
+            t_min_us: us,
+            t_max_us: us,
+            t_typical_us: us,
+            t_avg_us: us,
+            t_stdev_us: 0.0,
+            p99_us: us,
+            p99_9_us: us,
+        }
+    }
+
     fn snapshot() -> ProbeSnapshot {
         let target = |kind, device: &str, peer: Option<&str>, op, latency_seconds| TargetResult {
             kind,
@@ -812,16 +826,7 @@ mod tests {
     #[test]
     fn without_peer_histograms_peers_keep_summaries_runs_and_up_only() {
         let mut snap = snapshot();
-        snap.targets[1].last = Some(LatencySummary {
-            iterations: 1,
-            t_min_us: 20.0,
-            t_max_us: 20.0,
-            t_typical_us: 20.0,
-            t_avg_us: 20.0,
-            t_stdev_us: 0.0,
-            p99_us: 20.0,
-            p99_9_us: 20.0,
-        });
+        snap.targets[1].last = Some(one_sample_summary(20.0));
         let mut set = MetricSet::new();
         emit(&snap, false, &mut set).unwrap();
         let text = set.encode(Format::Text);
@@ -867,16 +872,7 @@ mod tests {
                     transport: PeerTransport::Ud,
                     size_bytes: 64,
                     latency_seconds: Histogram::new(rdma_probe::snapshot::LATENCY_BUCKETS),
-                    last: Some(LatencySummary {
-                        iterations: 1,
-                        t_min_us: 20.0,
-                        t_max_us: 20.0,
-                        t_typical_us: 20.0,
-                        t_avg_us: 20.0,
-                        t_stdev_us: 0.0,
-                        p99_us: 20.0,
-                        p99_9_us: 20.0,
-                    }),
+                    last: Some(one_sample_summary(20.0)),
                     runs_total: 1,
                     sent_total: 100,
                     lost_total: 0,
