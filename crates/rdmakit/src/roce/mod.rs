@@ -90,6 +90,31 @@ pub struct Check {
     pub lesson: &'static str,
 }
 
+impl Check {
+    /// A check of the port `target` (its netdev `netdev`); `fix` is kept only for `fail` and
+    /// `warn`.
+    fn new(
+        id: &'static str,
+        target: &str,
+        netdev: &str,
+        (verdict, finding): (Verdict, String),
+        evidence: Vec<String>,
+        fix: Option<String>,
+        lesson: &'static str,
+    ) -> Check {
+        Check {
+            id,
+            target: target.to_string(),
+            netdev: netdev.to_string(),
+            verdict,
+            finding,
+            evidence,
+            fix: fix.filter(|_| matches!(verdict, Verdict::Fail | Verdict::Warn)),
+            lesson,
+        }
+    }
+}
+
 /// The whole answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RoceReport {
@@ -309,24 +334,13 @@ fn port_checks(
     let net = root.join("class/net").join(netdev);
     let mut out = Vec::new();
     let mut push = |id: &'static str,
-                    (verdict, finding): (Verdict, String),
+                    result: (Verdict, String),
                     evidence: Vec<String>,
                     fix: Option<String>,
                     lesson: &'static str| {
-        out.push(Check {
-            id,
-            target: target.to_string(),
-            netdev: netdev.to_string(),
-            verdict,
-            finding,
-            evidence,
-            fix: if matches!(verdict, Verdict::Fail | Verdict::Warn) {
-                fix
-            } else {
-                None
-            },
-            lesson,
-        })
+        out.push(Check::new(
+            id, target, netdev, result, evidence, fix, lesson,
+        ))
     };
 
     // 1. MTU.
@@ -802,15 +816,8 @@ fn link_checks(
                 .filter_map(|(n, v)| Some((n.clone(), *v, v.saturating_sub(*b.get(n)?))))
                 .collect()
         };
-    let check = |id, (verdict, finding): (Verdict, String), evidence, fix: String, lesson| Check {
-        id,
-        target: target.to_string(),
-        netdev: netdev.to_string(),
-        verdict,
-        finding,
-        evidence,
-        fix: matches!(verdict, Verdict::Fail | Verdict::Warn).then_some(fix),
-        lesson,
+    let check = |id, result, evidence, fix: String, lesson| {
+        Check::new(id, target, netdev, result, evidence, Some(fix), lesson)
     };
     let evidence = |d: &[(String, u64, u64)]| -> Vec<String> {
         d.iter()
