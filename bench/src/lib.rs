@@ -125,3 +125,15 @@ impl KeptFiles {
         std::hint::black_box(total)
     }
 }
+
+/// rdmad's default collectors (the ones a plain `rdmad` runs) over the sysfs tree `root`.
+pub fn default_collectors(root: &Path) -> rdmad::collector::Collectors {
+    use rdmad::collector::{CollectorConfig, Collectors, TABLE};
+    let config = CollectorConfig::new(root, rdmakit::sysfs::DeviceFilter::all());
+    let defaults: Vec<&str> = TABLE
+        .iter()
+        .filter(|s| s.default_enabled)
+        .map(|s| s.name)
+        .collect();
+    Collectors::new(&config, &defaults)
+}

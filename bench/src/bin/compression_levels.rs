@@ -13,10 +13,8 @@
 use std::io::Write;
 use std::time::Duration;
 
-use rdma_bench::{median, synthetic_sysfs, time};
-use rdmad::collector::{CollectorConfig, Collectors, TABLE};
+use rdma_bench::{default_collectors, median, synthetic_sysfs, time};
 use rdmad::metrics::Format;
-use rdmakit::sysfs::DeviceFilter;
 
 #[derive(Clone, Copy)]
 enum Codec {
@@ -40,15 +38,7 @@ fn main() -> anyhow::Result<()> {
     let devices: u32 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
     let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(30);
     let root = synthetic_sysfs(devices)?;
-    let config = CollectorConfig::new(&root, DeviceFilter::all());
-    let defaults: Vec<&str> = TABLE
-        .iter()
-        .filter(|s| s.default_enabled)
-        .map(|s| s.name)
-        .collect();
-    let text = Collectors::new(&config, &defaults)
-        .scrape()
-        .encode(Format::Text);
+    let text = default_collectors(&root).scrape().encode(Format::Text);
     let _ = std::fs::remove_dir_all(&root);
     let codecs: Vec<Codec> = (1..=9)
         .map(Codec::Gzip)

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdma_bench::{
-    all_files, is_counter_file, median, plain_loop, synthetic_sysfs, time, KeptFiles,
+    all_files, default_collectors, is_counter_file, median, plain_loop, synthetic_sysfs, time,
+    KeptFiles,
 };
-use rdmad::collector::{CollectorConfig, Collectors, TABLE};
 use rdmad::metrics::Format;
-use rdmakit::sysfs::{DeviceFilter, OpenFiles, SysfsReader};
+use rdmakit::sysfs::{OpenFiles, SysfsReader};
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -30,13 +30,7 @@ fn main() -> anyhow::Result<()> {
     drop(rdmad::collector::sysfs_open_files());
     let mut files = Vec::new();
     all_files(&root.join("class/infiniband"), &mut files)?;
-    let config = CollectorConfig::new(&root, DeviceFilter::all());
-    let defaults: Vec<&str> = TABLE
-        .iter()
-        .filter(|s| s.default_enabled)
-        .map(|s| s.name)
-        .collect();
-    let collectors = Collectors::new(&config, &defaults);
+    let collectors = default_collectors(&root);
     let serial = SysfsReader::new(&root).with_threads(1);
     let errors = serial.snapshot()?.errors;
     anyhow::ensure!(errors.is_empty(), "read errors: {errors:?}");
