@@ -137,3 +137,49 @@ pub fn hw_counters(host: &str) -> std::collections::BTreeMap<String, u64> {
     );
     map
 }
+
+/// rxe's counters that move when a requester's packets are lost (requester: NAKs,
+/// retransmissions and retries exhausted; responder: out-of-sequence and duplicate requests).
+pub const LOSS_COUNTERS: &[&str] = &[
+    "rcvd_seq_err",
+    "completer_retry_err",
+    "duplicate_request",
+    "out_of_seq_request",
+    "retry_exceeded_err",
+];
+
+/// How much each of [`LOSS_COUNTERS`] rose between two [`hw_counters`] readings; a counter
+/// missing from either fails.
+pub fn loss_deltas(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<&'static str, u64> {
+    LOSS_COUNTERS
+        .iter()
+        .map(|c| {
+            let get = |m: &std::collections::BTreeMap<String, u64>| {
+                *m.get(*c)
+                    .unwrap_or_else(|| panic!("FAIL: rxe0 has no hw counter {c}"))
+            };
+            (*c, get(after) - get(before))
+        })
+        .collect()
+}
+
+/// Clears the netem qdisc on a host when dropped (also when the test fails).
+pub struct Netem(pub &'static str);
+
+impl Drop for Netem {
+    fn drop(&mut self) {
+        let _ = control(&format!("fault clear {}", self.0));
+    }
+}
+
+/// Puts a host's link back up when dropped (also when the test fails).
+pub struct LinkUp(pub &'static str);
+
+impl Drop for LinkUp {
+    fn drop(&mut self) {
+        let _ = control(&format!("fault link {} up", self.0));
+    }
+}

@@ -5,12 +5,10 @@
 //! Tests run one at a time in name order (`--test-threads=1`); each leaves the fabric as it
 //! found it (netem cleared, link up, host restarted), the kill test last.
 use live_tests::fabric::{
-    addr, control, fault, hw_counters, lab_hosts, on_host, spawn_on_host, wait_on_host,
+    addr, control, fault, hw_counters, lab_hosts, on_host, spawn_on_host, wait_on_host, LinkUp,
 };
-use live_tests::{
-    parse_exposition, perftest_finished, perftest_pair_text_finished, perftest_text_finished,
-};
-use std::collections::{BTreeMap, BTreeSet};
+use live_tests::{parse_exposition, perftest_finished, perftest_pair_text_finished};
+use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -226,114 +224,6 @@ fn c_ib_write_bw_and_rping_between_h1_and_h3() {
     );
 }
 
-/// Counters that move when packets of a requester are lost.
-const LOSS_COUNTERS: &[&str] = &[
-    "rcvd_seq_err",
-    "completer_retry_err",
-    "duplicate_request",
-    "out_of_seq_request",
-    "retry_exceeded_err",
-];
-
-fn deltas(
-    before: &BTreeMap<String, u64>,
-    after: &BTreeMap<String, u64>,
-) -> BTreeMap<&'static str, u64> {
-    LOSS_COUNTERS
-        .iter()
-        .map(|c| {
-            let b = before
-                .get(*c)
-                .copied()
-                .unwrap_or_else(|| panic!("FAIL: no counter {c}"));
-            let a = after
-                .get(*c)
-                .copied()
-                .unwrap_or_else(|| panic!("FAIL: no counter {c}"));
-            (*c, a - b)
-        })
-        .collect()
-}
-
-/// Clears the netem qdisc on a host when dropped (also when the test fails).
-struct Netem(&'static str);
-
-impl Drop for Netem {
-    fn drop(&mut self) {
-        let _ = control(&format!("fault clear {}", self.0));
-    }
-}
-
-#[test]
-fn d_netem_loss_on_h2_moves_the_h2_pair_counters_only() {
-    lab_hosts(3);
-    // h2 and h3 are the requesters (ib_write_bw clients), h1 serves both: loss on h2's
-    // egress drops h2's data packets. h2 then gets NAKs (rcvd_seq_err) and retransmits
-    // (completer_retry_err); h1's responder sees out-of-sequence requests. h3's requester
-    // counters must stay still. A 1 s ACK timeout (-u 18) keeps a slow TCG host from
-    // retransmitting on its own.
-    let h1_before = hw_counters("h1");
-    let h2_before = hw_counters("h2");
-    let h3_before = hw_counters("h3");
-    let _clear = Netem("h2");
-    fault("netem h2 loss 5%");
-    let args = |port: u16| format!("-d rxe0 -x 1 -s 4096 -n 400 -u 18 -p {port}");
-    let mut servers = Vec::new();
-    for port in [18610u16, 18611] {
-        let a = args(port);
-        servers.push(std::thread::spawn(move || {
-            Command::new("sh")
-                .arg("-c")
-                .arg(format!("timeout 240 ib_write_bw {a}"))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .output()
-                .expect("ib_write_bw server on h1")
-        }));
-    }
-    std::thread::sleep(Duration::from_secs(2));
-    let c2 = spawn_on_host(
-        "h2",
-        &format!("timeout 240 ib_write_bw {} {}", args(18610), addr("h1")),
-    );
-    let c3 = spawn_on_host(
-        "h3",
-        &format!("timeout 240 ib_write_bw {} {}", args(18611), addr("h1")),
-    );
-    let (c2, c3) = (c2.join().expect("h2 client"), c3.join().expect("h3 client"));
-    for (s, (host, c)) in servers.into_iter().zip([("h2", &c2), ("h3", &c3)]) {
-        let out = s.join().expect("server thread");
-        assert!(
-            perftest_text_finished(Some(c.code), &c.output),
-            "FAIL: ib_write_bw on {host}:\n{}",
-            c.output
-        );
-        assert!(
-            perftest_pair_text_finished(Some(c.code), &c.output, out.status.code(), &text(&out)),
-            "FAIL: ib_write_bw server on h1 for {host}:\n{}",
-            text(&out)
-        );
-    }
-    let d1 = deltas(&h1_before, &hw_counters("h1"));
-    let d2 = deltas(&h2_before, &hw_counters("h2"));
-    let d3 = deltas(&h3_before, &hw_counters("h3"));
-    println!("loss counter deltas: h1 {d1:?}\n                     h2 {d2:?}\n                     h3 {d3:?}");
-    assert!(
-        d2["rcvd_seq_err"] + d2["completer_retry_err"] > 0,
-        "FAIL: 5% loss on h2's link moved none of h2's retransmit counters: {d2:?}"
-    );
-    assert!(
-        d1["out_of_seq_request"] > 0,
-        "FAIL: h1 saw no out-of-sequence request from h2: {d1:?}"
-    );
-    for (c, v) in &d3 {
-        assert_eq!(
-            *v, 0,
-            "FAIL: h3's {c} moved by {v} without loss on its link: {d3:?}"
-        );
-    }
-}
-
 fn port_state(host: &str) -> String {
     on_host(host, "cat /sys/class/infiniband/rxe0/ports/1/state")
         .ok(&format!("port state on {host}"))
@@ -349,15 +239,6 @@ fn rdmad_port_state(host: &str) -> f64 {
     *series
         .get(r#"rdma_port_state_id{device="rxe0",port="1"}"#)
         .unwrap_or_else(|| panic!("FAIL: rdmad on {host} serves no rdma_port_state_id for rxe0"))
-}
-
-/// Puts the link back up when dropped (also when the test fails).
-struct LinkUp(&'static str);
-
-impl Drop for LinkUp {
-    fn drop(&mut self) {
-        let _ = control(&format!("fault link {} up", self.0));
-    }
 }
 
 #[test]

@@ -11,58 +11,14 @@
 #![forbid(unsafe_code)]
 
 use live_tests::fabric::{
-    addr, control, fault, hw_counters, lab_hosts, on_host, spawn_on_host, wait_on_host,
+    addr, fault, hw_counters, lab_hosts, loss_deltas, on_host, spawn_on_host, wait_on_host, LinkUp,
+    Netem,
 };
-use live_tests::{parse_exposition, perftest_text_finished};
+use live_tests::{parse_exposition, perftest_pair_text_finished, perftest_text_finished};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// rxe's counters that move when a requester's packets are lost (requester: NAKs and
-/// retransmissions; responder: out-of-sequence and duplicate requests).
-const LOSS_COUNTERS: &[&str] = &[
-    "rcvd_seq_err",
-    "completer_retry_err",
-    "duplicate_request",
-    "out_of_seq_request",
-];
-
-/// Clears the netem qdisc on a host when dropped.
-struct Netem(&'static str);
-
-impl Drop for Netem {
-    fn drop(&mut self) {
-        let _ = control(&format!("fault clear {}", self.0));
-    }
-}
-
-/// Puts a host's link back up when dropped.
-struct LinkUp(&'static str);
-
-impl Drop for LinkUp {
-    fn drop(&mut self) {
-        let _ = control(&format!("fault link {} up", self.0));
-    }
-}
-
-fn loss_deltas(
-    before: &BTreeMap<String, u64>,
-    after: &BTreeMap<String, u64>,
-) -> BTreeMap<String, u64> {
-    LOSS_COUNTERS
-        .iter()
-        .map(|c| {
-            let get = |m: &BTreeMap<String, u64>| {
-                *m.get(*c)
-                    .unwrap_or_else(|| panic!("FAIL: rxe0 has no hw counter {c}"))
-            };
-            (c.to_string(), get(after) - get(before))
-        })
-        .collect()
-}
-
-/// rxe0's netdev on `host` (its GID table's first netdev).
 fn netdev(host: &str) -> String {
     let nd = on_host(
         host,
@@ -209,16 +165,19 @@ fn a_netem_loss_on_h2_shows_in_h2_retransmits_and_its_doctor_only() {
         "h3",
         &format!("timeout 240 ib_write_bw {} {}", args(18631), addr("h1")),
     );
-    for (host, c) in [("h2", c2), ("h3", c3)] {
+    for (s, (host, c)) in servers.into_iter().zip([("h2", c2), ("h3", c3)]) {
         let c = c.join().expect("client thread");
+        let s = s.join().expect("server thread");
         assert!(
             perftest_text_finished(Some(c.code), &c.output),
             "FAIL: ib_write_bw on {host}:\n{}",
             c.output
         );
-    }
-    for s in servers {
-        let _ = s.join();
+        assert!(
+            perftest_pair_text_finished(Some(c.code), &c.output, Some(s.code), &s.output),
+            "FAIL: ib_write_bw server on h1 for {host}:\n{}",
+            s.output
+        );
     }
     let after: Vec<_> = ["h1", "h2", "h3"].iter().map(|h| hw_counters(h)).collect();
     drop(clear);
