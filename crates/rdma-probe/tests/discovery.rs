@@ -353,21 +353,21 @@ fn rewrite(path: &std::path::Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
+/// A file_sd peers file mixing good groups with bad targets, a bad label and entries that
+/// are not groups.
+const MIXED_PEERS_JSON: &str = r#"[
+  {"targets": ["10.7.0.1:9736", "10.7.0.2:9736", "10.7.0.3"], "labels": {"rack": "r1", "zone": "z1"}},
+  {"targets": ["h9.example:7000", "bad host:1", 42, "10.7.0.4:0"], "labels": {"rack": "r2", "bad-label": "x", "n": 3}},
+  {"labels": {"rack": "r3"}},
+  "not a group",
+  {"targets": ["10.7.0.5:9736"]}
+]"#;
+
 #[test]
 fn json_file_targets_labels_bad_entries_skipped_and_reread_on_change() {
     let dir = temp_dir("json");
     let path = dir.join("peers.json");
-    std::fs::write(
-        &path,
-        r#"[
-          {"targets": ["10.7.0.1:9736", "10.7.0.2:9736", "10.7.0.3"], "labels": {"rack": "r1", "zone": "z1"}},
-          {"targets": ["h9.example:7000", "bad host:1", 42, "10.7.0.4:0"], "labels": {"rack": "r2", "bad-label": "x", "n": 3}},
-          {"labels": {"rack": "r3"}},
-          "not a group",
-          {"targets": ["10.7.0.5:9736"]}
-        ]"#,
-    )
-    .unwrap();
+    std::fs::write(&path, MIXED_PEERS_JSON).unwrap();
     log_lines();
     let mut d = file_discovery(&path, Some("10.7.0.1:9736"));
     let set = d.refresh();
@@ -410,16 +410,7 @@ fn json_file_targets_labels_bad_entries_skipped_and_reread_on_change() {
         1,
         "logged once, not per read"
     );
-    rewrite(
-        &path,
-        r#"[
-          {"targets": ["10.7.0.1:9736", "10.7.0.2:9736", "10.7.0.3"], "labels": {"rack": "r1", "zone": "z1"}},
-          {"targets": ["h9.example:7000", "bad host:1", 42, "10.7.0.4:0"], "labels": {"rack": "r2", "bad-label": "x", "n": 3}},
-          {"labels": {"rack": "r3"}},
-          "not a group",
-          {"targets": ["10.7.0.5:9736"]}
-        ]"#,
-    );
+    rewrite(&path, MIXED_PEERS_JSON);
     assert_eq!(keys(&d.refresh()), keys(&set));
 
     // Unchanged: not read again (the same set); changed: re-read.
