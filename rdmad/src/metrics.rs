@@ -5,22 +5,19 @@
 //! type and its samples in the order they were added. A second sample with the same labels is
 //! refused ([`AddError::Duplicate`]) instead of producing an invalid exposition.
 //!
-//! Encoding goes through prometheus-client: the set is registered as a
-//! [`prometheus_client::collector::Collector`] in a fresh registry and encoded either as
-//! OpenMetrics 1.0 text ([`Format::OpenMetrics`], with `# EOF`) or as the Prometheus text
-//! format 0.0.4 ([`Format::Text`], the default: no `# EOF`, counters' HELP/TYPE lines carry
-//! the `_total` name, info metrics become gauges named `*_info`). Counter families are named
-//! WITHOUT `_total` here; the encoders add it. Histograms ([`Kind::Histogram`] with
+//! Encoding writes straight into one buffer ([`MetricSet::encode_into`]) either OpenMetrics
+//! 1.0 text ([`Format::OpenMetrics`], with `# EOF`) or the Prometheus text format 0.0.4
+//! ([`Format::Text`], the default: no `# EOF`, counters' HELP/TYPE lines carry the `_total`
+//! name, info metrics become gauges named `*_info`), byte for byte as prometheus-client
+//! writes them (a differential test encodes varied sets with both). Counter families are
+//! named WITHOUT `_total` here; the encoders add it. Histograms ([`Kind::Histogram`] with
 //! [`Value::Histogram`]) become `_bucket{le}` (cumulative, ending with `le="+Inf"`), `_sum`
 //! and `_count` series in both formats. [`negotiate`] picks the format from the
 //! request's `Accept` header the way Prometheus' own client libraries do.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
-
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::Registry;
+use std::hash::{BuildHasher, BuildHasherDefault};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What a family is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,48 +125,49 @@ pub use rdmakit::histogram::Histogram;
 /// Label names are fixed by the code; values come from the system.
 pub type Labels = Vec<(&'static str, String)>;
 
-/// FNV-1a for the duplicate check: label sets are short and come from the kernel, not from
-/// HTTP clients, so SipHash's flooding resistance buys nothing and costs a few percent of a
-/// large scrape.
-struct Fnv1a(u64);
+/// The duplicate check hashes a sample's encoded label text: label sets are short and come
+/// from the kernel, not from HTTP clients, so SipHash's flooding resistance buys nothing and
+/// costs a few percent of a large scrape.
+type LabelSet = HashMap<u64, usize, BuildHasherDefault<rustc_hash::FxHasher>>;
 
-impl Default for Fnv1a {
-    fn default() -> Fnv1a {
-        Fnv1a(0xcbf2_9ce4_8422_2325)
-    }
+fn text_hash(text: &str) -> u64 {
+    BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(text.as_bytes())
 }
 
-impl Hasher for Fnv1a {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-}
-
-/// The label sets a family has, by hash: hash -> index of the first sample with that hash.
-/// Keeping hashes instead of clones of the labels saves one allocation per label per sample.
-type LabelSet = HashMap<u64, usize, BuildHasherDefault<Fnv1a>>;
-
-fn label_hash(labels: &Labels) -> u64 {
-    BuildHasherDefault::<Fnv1a>::default().hash_one(labels)
+/// One sample: where its encoded labels are in the family's label text, and its value.
+#[derive(Debug, Clone)]
+struct Sample {
+    labels: std::ops::Range<usize>,
+    value: Value,
 }
 
 /// One family: HELP, type and samples.
+///
+/// A sample's labels are kept as they appear in the exposition, escaped and without braces
+/// (`device="mlx5_0",port="1"`), appended to one string per family: one allocation per family
+/// instead of one per label, a duplicate check that compares bytes, and an encoder that
+/// copies them. Label names are fixed by the code and values are escaped, so two label lists
+/// are equal exactly when their texts are.
 #[derive(Debug, Clone)]
 pub struct Family {
     help: String,
     kind: Kind,
-    samples: Vec<(Labels, Value)>,
+    label_text: String,
+    samples: Vec<Sample>,
     seen: LabelSet,
 }
 
 impl Family {
+    fn new(help: String, kind: Kind) -> Family {
+        Family {
+            help,
+            kind,
+            label_text: String::new(),
+            samples: Vec::new(),
+            seen: LabelSet::default(),
+        }
+    }
+
     /// The HELP text.
     pub fn help(&self) -> &str {
         &self.help
@@ -180,10 +178,85 @@ impl Family {
         self.kind
     }
 
-    /// The samples, in the order they were added.
-    pub fn samples(&self) -> &[(Labels, Value)] {
-        &self.samples
+    /// How many samples it has.
+    pub fn len(&self) -> usize {
+        self.samples.len()
     }
+
+    /// Whether it has no sample.
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// The samples in the order they were added: each one's labels as the exposition
+    /// writes them between the braces (escaped), and its value.
+    pub fn samples(&self) -> impl Iterator<Item = (&str, &Value)> + '_ {
+        self.samples
+            .iter()
+            .map(|s| (&self.label_text[s.labels.clone()], &s.value))
+    }
+
+    /// Append a sample whose label text `write` appends to the family's; false (and nothing
+    /// kept) when the family has a sample with the same labels.
+    fn push(&mut self, write: impl FnOnce(&mut String), value: Value) -> bool {
+        let start = self.label_text.len();
+        write(&mut self.label_text);
+        let labels = start..self.label_text.len();
+        let text = &self.label_text[labels.clone()];
+        let index = self.samples.len();
+        let duplicate = match self.seen.entry(text_hash(text)) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(index);
+                false
+            }
+            // Same hash: the same labels, or (rarely) a collision, which only costs a scan.
+            std::collections::hash_map::Entry::Occupied(slot) => self.samples[*slot.get()..]
+                .iter()
+                .any(|s| self.label_text[s.labels.clone()] == *text),
+        };
+        if duplicate {
+            self.label_text.truncate(start);
+            return false;
+        }
+        self.samples.push(Sample { labels, value });
+        true
+    }
+}
+
+/// Append `labels` as the exposition writes them between the braces.
+fn write_labels<V: AsRef<str>>(out: &mut String, labels: &[(&'static str, V)]) {
+    for (i, (name, value)) in labels.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push_str("=\"");
+        write_escaped(out, value.as_ref(), true);
+        out.push('"');
+    }
+}
+
+/// Append `text` with `\` and newlines escaped, and `"` too when `quote` (label values;
+/// HELP text in the text format escapes only the first two).
+fn write_escaped(out: &mut String, text: &str, quote: bool) {
+    let special = |b: u8| b == b'\\' || b == b'\n' || (quote && b == b'"');
+    if !text.bytes().any(special) {
+        out.push_str(text);
+        return;
+    }
+    let mut last = 0;
+    for (i, b) in text.bytes().enumerate() {
+        let escaped = match b {
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'"' if quote => "\\\"",
+            _ => continue,
+        };
+        out.push_str(&text[last..i]);
+        out.push_str(escaped);
+        last = i + 1;
+    }
+    out.push_str(&text[last..]);
 }
 
 /// Why a sample was refused.
@@ -218,6 +291,10 @@ impl std::fmt::Display for AddError {
 
 impl std::error::Error for AddError {}
 
+/// The size of the last exposition this process encoded: the next one's buffer is
+/// allocated once, at about that size, instead of doubling its way up.
+static LAST_ENCODED_LEN: AtomicUsize = AtomicUsize::new(0);
+
 /// All families of one scrape (or of one collector, before merging).
 #[derive(Debug, Clone, Default)]
 pub struct MetricSet {
@@ -241,6 +318,30 @@ impl MetricSet {
         labels: Labels,
         value: Value,
     ) -> Result<(), AddError> {
+        self.add_labels(name, kind, help, &labels, value)
+    }
+
+    /// [`MetricSet::add`] with borrowed label values (`&[("device", name.as_str())]`): the
+    /// same checks, no allocation per label.
+    pub fn add_labels<V: AsRef<str>>(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: impl FnOnce() -> String,
+        labels: &[(&'static str, V)],
+        value: Value,
+    ) -> Result<(), AddError> {
+        self.add_with(name, kind, help, |out| write_labels(out, labels), value)
+    }
+
+    fn add_with(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: impl FnOnce() -> String,
+        write: impl FnOnce(&mut String),
+        value: Value,
+    ) -> Result<(), AddError> {
         if matches!(value, Value::Histogram(_)) != (kind == Kind::Histogram) {
             return Err(AddError::KindMismatch {
                 name: name.to_owned(),
@@ -248,37 +349,21 @@ impl MetricSet {
         }
         let family = match self.families.get_mut(name) {
             Some(family) => family,
-            None => self.families.entry(name.to_owned()).or_insert(Family {
-                help: help(),
-                kind,
-                samples: Vec::new(),
-                seen: LabelSet::default(),
-            }),
+            None => self
+                .families
+                .entry(name.to_owned())
+                .or_insert_with(|| Family::new(help(), kind)),
         };
         if family.kind != kind {
             return Err(AddError::KindMismatch {
                 name: name.to_owned(),
             });
         }
-        let hash = label_hash(&labels);
-        let index = family.samples.len();
-        let duplicate = match family.seen.get(&hash) {
-            None => {
-                family.seen.insert(hash, index);
-                false
-            }
-            // Same hash: the same labels, or (rarely) a collision, which only costs a scan.
-            Some(&first) => {
-                family.samples[first].0 == labels
-                    || family.samples[first..].iter().any(|(l, _)| *l == labels)
-            }
-        };
-        if duplicate {
+        if !family.push(write, value) {
             return Err(AddError::Duplicate {
                 name: name.to_owned(),
             });
         }
-        family.samples.push((labels, value));
         Ok(())
     }
 
@@ -289,7 +374,17 @@ impl MetricSet {
         labels: Labels,
         value: Value,
     ) -> Result<(), AddError> {
-        self.add(
+        self.add_declared_labels(family, &labels, value)
+    }
+
+    /// [`MetricSet::add_declared`] with borrowed label values.
+    pub fn add_declared_labels<V: AsRef<str>>(
+        &mut self,
+        family: &Declared,
+        labels: &[(&'static str, V)],
+        value: Value,
+    ) -> Result<(), AddError> {
+        self.add_labels(
             family.name,
             family.kind,
             || family.help.to_owned(),
@@ -303,17 +398,30 @@ impl MetricSet {
     pub fn merge(&mut self, other: MetricSet) -> Vec<AddError> {
         let mut refused = Vec::new();
         for (name, family) in other.families {
-            let family = match self.families.entry(name) {
+            let name = match self.families.entry(name) {
                 std::collections::hash_map::Entry::Vacant(slot) => {
                     slot.insert(family);
                     continue;
                 }
-                std::collections::hash_map::Entry::Occupied(slot) => (slot.key().clone(), family),
+                std::collections::hash_map::Entry::Occupied(slot) => slot.key().clone(),
             };
-            let (name, family) = family;
-            let help = family.help;
-            for (labels, value) in family.samples {
-                if let Err(e) = self.add(&name, family.kind, || help.clone(), labels, value) {
+            let Family {
+                help,
+                kind,
+                label_text,
+                samples,
+                ..
+            } = family;
+            for sample in samples {
+                let text = &label_text[sample.labels];
+                let added = self.add_with(
+                    &name,
+                    kind,
+                    || help.clone(),
+                    |out| out.push_str(text),
+                    sample.value,
+                );
+                if let Err(e) = added {
                     refused.push(e);
                 }
             }
@@ -342,64 +450,261 @@ impl MetricSet {
 
     /// Encode in `format`.
     pub fn encode(self, format: Format) -> String {
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(self));
-        let mut out = String::with_capacity(16 * 1024);
-        // Writing into a String cannot fail, and our collector only fails when the writer does.
-        let result = match format {
-            Format::Text => {
-                prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
-            }
-            Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
-        };
-        debug_assert!(result.is_ok(), "encoding into a String failed");
+        let hint = LAST_ENCODED_LEN.load(Ordering::Relaxed);
+        let mut out = String::with_capacity((hint + hint / 8).clamp(16 * 1024, 64 << 20));
+        self.encode_into(format, &mut out);
+        LAST_ENCODED_LEN.store(out.len(), Ordering::Relaxed);
         out
     }
-}
 
-impl prometheus_client::collector::Collector for MetricSet {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    /// Append the exposition in `format` to `out`: the Prometheus text format 0.0.4 or
+    /// OpenMetrics 1.0.0, byte for byte what prometheus-client writes for the same families
+    /// (the differential test in this module checks it), written straight into one buffer.
+    pub fn encode_into(&self, format: Format, out: &mut String) {
+        let mut numbers = Numbers::default();
         for (name, family) in self.sorted() {
             if family.samples.is_empty() {
                 continue;
             }
-            let metric_type = match family.kind {
-                Kind::Counter => MetricType::Counter,
-                Kind::Gauge => MetricType::Gauge,
-                Kind::Info => MetricType::Info,
-                Kind::Histogram => MetricType::Histogram,
-            };
-            let mut metric = encoder.encode_descriptor(name, &family.help, None, metric_type)?;
-            for (labels, value) in &family.samples {
-                match (family.kind, value) {
-                    (Kind::Info, _) => metric.encode_info(labels)?,
-                    (Kind::Counter, Value::Int(v)) => metric
-                        .encode_family(labels)?
-                        .encode_counter::<NoLabelSet, u64, u64>(v, None)?,
-                    (Kind::Counter, Value::Float(v)) => metric
-                        .encode_family(labels)?
-                        .encode_counter::<NoLabelSet, f64, f64>(v, None)?,
-                    (Kind::Gauge, Value::Int(v)) => {
-                        metric.encode_family(labels)?.encode_gauge(v)?
-                    }
-                    (Kind::Gauge, Value::Float(v)) => {
-                        metric.encode_family(labels)?.encode_gauge(v)?
-                    }
-                    (Kind::Histogram, Value::Histogram(h)) => {
-                        // prometheus-client takes per-bucket counts (the last one +Inf) and
-                        // accumulates them.
-                        let per_bucket: Vec<(f64, u64)> = h.buckets().collect();
-                        metric
-                            .encode_family(labels)?
-                            .encode_histogram::<NoLabelSet>(h.sum(), h.count(), &per_bucket, None)?
-                    }
-                    // `add` refuses every other combination.
-                    (Kind::Counter | Kind::Gauge, Value::Histogram(_))
-                    | (Kind::Histogram, Value::Int(_) | Value::Float(_)) => {}
-                }
+            match format {
+                Format::Text => encode_text_family(out, &mut numbers, name, family),
+                Format::OpenMetrics => encode_openmetrics_family(out, &mut numbers, name, family),
             }
         }
-        Ok(())
+        if format == Format::OpenMetrics {
+            out.push_str("# EOF\n");
+        }
+    }
+}
+
+/// Number formatting on the stack: integers with `itoa`, floats with `dtoa`, the crates
+/// prometheus-client formats with (so values read the same as before).
+#[derive(Default)]
+struct Numbers {
+    int: itoa::Buffer,
+    float: dtoa::Buffer,
+}
+
+impl Numbers {
+    fn int(&mut self, v: u64) -> &str {
+        self.int.format(v)
+    }
+
+    /// A float as OpenMetrics writes it (`dtoa`, non-finite as `NaN`, `inf`, `-inf`).
+    fn float(&mut self, v: f64) -> &str {
+        self.float.format(v)
+    }
+
+    /// A float as the text format writes it: `NaN`, `+Inf`, `-Inf` for the non-finite ones.
+    fn text_float(&mut self, v: f64) -> &str {
+        if v.is_finite() {
+            self.float.format_finite(v)
+        } else {
+            non_finite(v)
+        }
+    }
+
+    /// A float as Go's `strconv.FormatFloat(v, 'g', -1, 64)` writes it (the text format's
+    /// `le` labels, as Go clients write them): whole numbers under 1e6 as integers, plain
+    /// digits in [1e-4, 1e6), else the shortest digits with a signed two-digit exponent
+    /// (`1e+06`, `2.5e-05`).
+    fn go_float(&mut self, out: &mut String, v: f64) {
+        use std::fmt::Write;
+        if v.fract() == 0.0 && v.abs() < 1e6 {
+            // Exact: |v| < 1e6 is a whole number.
+            let whole = v as i64;
+            out.push_str(itoa::Buffer::new().format(whole));
+        } else if (1e-4..1e6).contains(&v.abs()) {
+            let _ = write!(out, "{v}");
+        } else if !v.is_finite() {
+            out.push_str(non_finite(v));
+        } else {
+            let mut sci = String::with_capacity(32);
+            let _ = write!(sci, "{v:e}");
+            let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
+            let exponent: i32 = exponent.parse().unwrap_or(0);
+            let _ = write!(out, "{mantissa}e{exponent:+03}");
+        }
+    }
+}
+
+fn non_finite(v: f64) -> &'static str {
+    if v.is_nan() {
+        "NaN"
+    } else if v.is_sign_positive() {
+        "+Inf"
+    } else {
+        "-Inf"
+    }
+}
+
+/// `name{labels}` (no braces for no labels), with `suffix` after the name.
+fn write_series(out: &mut String, name: &str, suffix: &str, labels: &str) {
+    out.push_str(name);
+    out.push_str(suffix);
+    if !labels.is_empty() {
+        out.push('{');
+        out.push_str(labels);
+        out.push('}');
+    }
+}
+
+/// One family in the text format 0.0.4: counters' and info families' HELP and TYPE lines
+/// carry the exposed name (`_total`, `_info`), HELP escapes `\` and newlines, info is a
+/// gauge, histogram buckets put `le` last and end with `+Inf`.
+fn encode_text_family(out: &mut String, numbers: &mut Numbers, name: &str, family: &Family) {
+    let suffix = match family.kind {
+        Kind::Counter => "_total",
+        Kind::Info => "_info",
+        Kind::Gauge | Kind::Histogram => "",
+    };
+    out.push_str("# HELP ");
+    out.push_str(name);
+    out.push_str(suffix);
+    out.push(' ');
+    write_escaped(out, &family.help, false);
+    out.push_str("\n# TYPE ");
+    out.push_str(name);
+    out.push_str(suffix);
+    out.push(' ');
+    out.push_str(family.kind.type_name());
+    out.push('\n');
+    for (labels, value) in family.samples() {
+        match (family.kind, value) {
+            (Kind::Info, _) => {
+                write_series(out, name, suffix, labels);
+                out.push_str(" 1\n");
+            }
+            (Kind::Counter | Kind::Gauge, Value::Int(v)) => {
+                write_series(out, name, suffix, labels);
+                out.push(' ');
+                out.push_str(numbers.int(*v));
+                out.push('\n');
+            }
+            (Kind::Counter | Kind::Gauge, Value::Float(v)) => {
+                write_series(out, name, suffix, labels);
+                out.push(' ');
+                out.push_str(numbers.text_float(*v));
+                out.push('\n');
+            }
+            (Kind::Histogram, Value::Histogram(h)) => {
+                let mut cumulative = 0u64;
+                let mut inf_seen = false;
+                let bucket = |out: &mut String, numbers: &mut Numbers, le: Option<f64>| {
+                    out.push_str(name);
+                    out.push_str("_bucket{");
+                    out.push_str(labels);
+                    if !labels.is_empty() {
+                        out.push(',');
+                    }
+                    out.push_str("le=\"");
+                    match le {
+                        Some(le) => numbers.go_float(out, le),
+                        None => out.push_str("+Inf"),
+                    }
+                    out.push_str("\"} ");
+                };
+                for (le, count) in h.buckets() {
+                    cumulative = cumulative.wrapping_add(count);
+                    inf_seen |= le == f64::INFINITY;
+                    bucket(out, numbers, Some(le));
+                    out.push_str(numbers.int(cumulative));
+                    out.push('\n');
+                }
+                if !inf_seen {
+                    bucket(out, numbers, None);
+                    out.push_str(numbers.int(h.count()));
+                    out.push('\n');
+                }
+                write_series(out, name, "_sum", labels);
+                out.push(' ');
+                out.push_str(numbers.text_float(h.sum()));
+                out.push('\n');
+                write_series(out, name, "_count", labels);
+                out.push(' ');
+                out.push_str(numbers.int(h.count()));
+                out.push('\n');
+            }
+            // `add` refuses every other combination.
+            (Kind::Counter | Kind::Gauge, Value::Histogram(_))
+            | (Kind::Histogram, Value::Int(_) | Value::Float(_)) => {}
+        }
+    }
+}
+
+/// One family in OpenMetrics 1.0.0: HELP and TYPE name the family (no `_total`), HELP as
+/// it is, `info` a type of its own, histograms `_sum`, `_count`, then buckets with `le`
+/// first.
+fn encode_openmetrics_family(out: &mut String, numbers: &mut Numbers, name: &str, family: &Family) {
+    out.push_str("# HELP ");
+    out.push_str(name);
+    out.push(' ');
+    out.push_str(&family.help);
+    out.push_str("\n# TYPE ");
+    out.push_str(name);
+    out.push(' ');
+    out.push_str(match family.kind {
+        Kind::Counter => "counter",
+        Kind::Gauge => "gauge",
+        Kind::Info => "info",
+        Kind::Histogram => "histogram",
+    });
+    out.push('\n');
+    let suffix = match family.kind {
+        Kind::Counter => "_total",
+        Kind::Info => "_info",
+        Kind::Gauge | Kind::Histogram => "",
+    };
+    for (labels, value) in family.samples() {
+        match (family.kind, value) {
+            (Kind::Info, _) => {
+                write_series(out, name, suffix, labels);
+                out.push_str(" 1\n");
+            }
+            (Kind::Counter | Kind::Gauge, Value::Int(v)) => {
+                write_series(out, name, suffix, labels);
+                out.push(' ');
+                out.push_str(numbers.int(*v));
+                out.push('\n');
+            }
+            (Kind::Counter | Kind::Gauge, Value::Float(v)) => {
+                write_series(out, name, suffix, labels);
+                out.push(' ');
+                out.push_str(numbers.float(*v));
+                out.push('\n');
+            }
+            (Kind::Histogram, Value::Histogram(h)) => {
+                write_series(out, name, "_sum", labels);
+                out.push(' ');
+                out.push_str(numbers.float(h.sum()));
+                out.push('\n');
+                write_series(out, name, "_count", labels);
+                out.push(' ');
+                out.push_str(numbers.int(h.count()));
+                out.push('\n');
+                let mut cumulative = 0u64;
+                for (le, count) in h.buckets() {
+                    cumulative = cumulative.wrapping_add(count);
+                    out.push_str(name);
+                    out.push_str("_bucket{le=\"");
+                    if le == f64::INFINITY {
+                        out.push_str("+Inf");
+                    } else {
+                        out.push_str(numbers.float(le));
+                    }
+                    out.push('"');
+                    if !labels.is_empty() {
+                        out.push(',');
+                        out.push_str(labels);
+                    }
+                    out.push_str("} ");
+                    out.push_str(numbers.int(cumulative));
+                    out.push('\n');
+                }
+            }
+            (Kind::Counter | Kind::Gauge, Value::Histogram(_))
+            | (Kind::Histogram, Value::Int(_) | Value::Float(_)) => {}
+        }
     }
 }
 
@@ -416,7 +721,7 @@ impl Format {
     /// The `Content-Type` of a response in this format.
     pub fn content_type(self) -> &'static str {
         match self {
-            Format::Text => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
         }
     }
@@ -625,6 +930,309 @@ mod tests {
         let mut b = MetricSet::new();
         assert!(b.merge(sample_set()).is_empty());
         assert_eq!(b.names().count(), 3);
+    }
+
+    /// The samples a reference set holds: what prometheus-client encodes.
+    type Record = (String, Kind, String, Labels, Value);
+
+    /// The families of `records` as prometheus-client encodes them (sorted by name, first
+    /// HELP of a name wins, samples in order): the encoder rdmad used before its own.
+    #[derive(Debug)]
+    struct Reference(Vec<Record>);
+
+    impl prometheus_client::collector::Collector for Reference {
+        fn encode(
+            &self,
+            mut encoder: prometheus_client::encoding::DescriptorEncoder,
+        ) -> Result<(), std::fmt::Error> {
+            use prometheus_client::encoding::NoLabelSet;
+            use prometheus_client::metrics::MetricType;
+            let mut names: Vec<&str> = self.0.iter().map(|r| r.0.as_str()).collect();
+            names.sort_unstable();
+            names.dedup();
+            for name in names {
+                let mut records = self.0.iter().filter(|r| r.0 == name).peekable();
+                let (_, kind, help, _, _) = records.peek().expect("one record");
+                let metric_type = match kind {
+                    Kind::Counter => MetricType::Counter,
+                    Kind::Gauge => MetricType::Gauge,
+                    Kind::Info => MetricType::Info,
+                    Kind::Histogram => MetricType::Histogram,
+                };
+                let mut metric = encoder.encode_descriptor(name, help, None, metric_type)?;
+                for (_, kind, _, labels, value) in records {
+                    match (kind, value) {
+                        (Kind::Info, _) => metric.encode_info(labels)?,
+                        (Kind::Counter, Value::Int(v)) => {
+                            metric
+                                .encode_family(labels)?
+                                .encode_counter::<NoLabelSet, u64, u64>(v, None)?
+                        }
+                        (Kind::Counter, Value::Float(v)) => {
+                            metric
+                                .encode_family(labels)?
+                                .encode_counter::<NoLabelSet, f64, f64>(v, None)?
+                        }
+                        (Kind::Gauge, Value::Int(v)) => {
+                            metric.encode_family(labels)?.encode_gauge(v)?
+                        }
+                        (Kind::Gauge, Value::Float(v)) => {
+                            metric.encode_family(labels)?.encode_gauge(v)?
+                        }
+                        (Kind::Histogram, Value::Histogram(h)) => {
+                            let per_bucket: Vec<(f64, u64)> = h.buckets().collect();
+                            metric
+                                .encode_family(labels)?
+                                .encode_histogram::<NoLabelSet>(
+                                    h.sum(),
+                                    h.count(),
+                                    &per_bucket,
+                                    None,
+                                )?
+                        }
+                        _ => unreachable!("add refuses it"),
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+
+    fn reference_encode(records: Vec<Record>, format: Format) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(Reference(records)));
+        let mut out = String::new();
+        match format {
+            Format::Text => {
+                prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+            }
+            Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
+        }
+        .expect("encodes");
+        out
+    }
+
+    /// Samples of every kind, value and escaping the exporter can meet, added to a set
+    /// and kept (when `add` accepts them) for the reference.
+    fn varied() -> (MetricSet, Vec<Record>) {
+        let mut set = MetricSet::new();
+        let mut records = Vec::new();
+        let l = |pairs: &[(&'static str, &str)]| -> Labels {
+            pairs.iter().map(|(k, v)| (*k, v.to_string())).collect()
+        };
+        let floats = [
+            0.0,
+            -0.0,
+            0.25,
+            1.0,
+            -3.5,
+            1e-7,
+            1.5e-4,
+            123456.789,
+            1e6,
+            2.5e15,
+            1e21,
+            1.7976931348623157e308,
+            f64::MIN_POSITIVE,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ];
+        let ints = [0, 1, 42, 1 << 53, u64::MAX];
+        let values = [
+            "mlx5_0",
+            "",
+            "a\"b",
+            "back\\slash",
+            "new\nline",
+            "\\\"\n\\",
+            "ü ∞",
+        ];
+        let helps = [
+            "Plain help",
+            "Help with a \\ backslash",
+            "Help with a\nnewline and \"quotes\"",
+            "",
+        ];
+        let mut add = |name: &str, kind: Kind, help: &str, labels: Labels, value: Value| {
+            let ok = set
+                .add(
+                    name,
+                    kind,
+                    || help.to_string(),
+                    labels.clone(),
+                    value.clone(),
+                )
+                .is_ok();
+            if ok {
+                records.push((name.to_string(), kind, help.to_string(), labels, value));
+            }
+        };
+        for (i, v) in ints.iter().enumerate() {
+            let port = i.to_string();
+            add(
+                "rdma_c_int",
+                Kind::Counter,
+                helps[1],
+                l(&[("device", "d"), ("port", &port)]),
+                Value::Int(*v),
+            );
+            add(
+                "rdma_g_int",
+                Kind::Gauge,
+                helps[2],
+                l(&[("device", values[i % values.len()])]),
+                Value::Int(*v),
+            );
+        }
+        for (i, v) in floats.iter().enumerate() {
+            let n = i.to_string();
+            add(
+                "rdma_c_float",
+                Kind::Counter,
+                helps[0],
+                l(&[("n", &n)]),
+                Value::Float(*v),
+            );
+            add(
+                "rdma_g_float",
+                Kind::Gauge,
+                helps[3],
+                l(&[("n", &n), ("x", values[i % values.len()])]),
+                Value::Float(*v),
+            );
+        }
+        // Int and Float samples in one counter family, and one with no labels at all.
+        add("rdma_mixed", Kind::Counter, helps[2], vec![], Value::Int(3));
+        add(
+            "rdma_mixed",
+            Kind::Counter,
+            helps[0],
+            l(&[("k", "v")]),
+            Value::Float(0.5),
+        );
+        add(
+            "rdma_bare",
+            Kind::Gauge,
+            helps[0],
+            vec![],
+            Value::Float(f64::NAN),
+        );
+        for (i, v) in values.iter().enumerate() {
+            let port = i.to_string();
+            add(
+                "rdma_port",
+                Kind::Info,
+                helps[2],
+                l(&[("device", v), ("port", &port), ("empty", "")]),
+                Value::Int(1),
+            );
+        }
+        add("rdma_lonely", Kind::Info, helps[1], vec![], Value::Int(1));
+        let bounds = [
+            -2.0, 1e-5, 1.5e-4, 0.001, 0.5, 1.0, 2.5, 123456.789, 1e6, 1e7, 2.5e15,
+        ];
+        let counts: Vec<u64> = (1..=bounds.len() as u64 + 1).collect();
+        let h1 = Histogram::from_buckets(&bounds, &counts, 1234.5).unwrap();
+        let h2 = Histogram::from_buckets(&[], &[0], 0.0).unwrap();
+        let h3 = Histogram::from_buckets(&[0.1], &[2, 0], f64::INFINITY).unwrap();
+        add(
+            "rdma_h",
+            Kind::Histogram,
+            helps[2],
+            l(&[("device", "a\"b"), ("port", "1")]),
+            Value::Histogram(h1.clone()),
+        );
+        add(
+            "rdma_h",
+            Kind::Histogram,
+            helps[0],
+            vec![],
+            Value::Histogram(h2),
+        );
+        add(
+            "rdma_h",
+            Kind::Histogram,
+            helps[0],
+            l(&[("device", "x")]),
+            Value::Histogram(h3),
+        );
+        add(
+            "rdma_h_bare",
+            Kind::Histogram,
+            helps[1],
+            vec![],
+            Value::Histogram(h1),
+        );
+        // Refused ones stay out of both.
+        add(
+            "rdma_c_int",
+            Kind::Counter,
+            helps[0],
+            l(&[("device", "d"), ("port", "0")]),
+            Value::Int(9),
+        );
+        add("rdma_bare", Kind::Counter, helps[0], vec![], Value::Int(1));
+        (set, records)
+    }
+
+    #[test]
+    fn encoding_is_byte_identical_to_prometheus_client() {
+        for format in [Format::Text, Format::OpenMetrics] {
+            let (set, records) = varied();
+            assert!(records.len() > 40, "{}", records.len());
+            let ours = set.encode(format);
+            let reference = reference_encode(records, format);
+            assert_eq!(ours, reference, "{format:?}");
+        }
+        // Empty: nothing (text), only the EOF (OpenMetrics).
+        for format in [Format::Text, Format::OpenMetrics] {
+            assert_eq!(
+                MetricSet::new().encode(format),
+                reference_encode(Vec::new(), format)
+            );
+        }
+        assert_eq!(
+            Format::Text.content_type(),
+            prometheus_client::encoding::prometheus_text::CONTENT_TYPE
+        );
+    }
+
+    #[test]
+    fn merged_sets_encode_like_one() {
+        let (whole, _) = varied();
+        let (mut a, _) = varied();
+        // Merging a set into itself refuses every sample and changes nothing.
+        let (again, records) = varied();
+        assert_eq!(a.merge(again).len(), records.len());
+        for format in [Format::Text, Format::OpenMetrics] {
+            assert_eq!(a.clone().encode(format), whole.clone().encode(format));
+        }
+    }
+
+    #[test]
+    fn borrowed_labels_are_the_same_series_as_owned_ones() {
+        let mut set = MetricSet::new();
+        set.add_labels(
+            "rdma_x",
+            Kind::Gauge,
+            || "x".into(),
+            &[("device", "a\"b"), ("port", "1")],
+            Value::Int(1),
+        )
+        .unwrap();
+        let dup = set.add(
+            "rdma_x",
+            Kind::Gauge,
+            String::new,
+            vec![("device", "a\"b".into()), ("port", "1".into())],
+            Value::Int(2),
+        );
+        assert!(matches!(dup, Err(AddError::Duplicate { .. })));
+        let family = set.family("rdma_x").unwrap();
+        assert_eq!(family.len(), 1);
+        let samples: Vec<_> = family.samples().collect();
+        assert_eq!(samples, [("device=\"a\\\"b\",port=\"1\"", &Value::Int(1))]);
     }
 
     #[test]
