@@ -12,10 +12,19 @@ use rdmakit::model::{Counter, CounterSource, Unit};
 
 /// The HELP text for `counter` of `device` (whose parent driver is `driver`, if known).
 pub fn counter_help(device: &str, driver: Option<&str>, counter: &Counter) -> String {
-    let family = Catalog::embedded()
+    family_counter_help(counter_family(device, driver, counter.source), counter)
+}
+
+/// The catalog family whose entries describe the `source` counters of `device` (whose
+/// parent driver is `driver`): the HELP of a counter depends on it and on the counter only.
+pub fn counter_family(
+    device: &str,
+    driver: Option<&str>,
+    source: CounterSource,
+) -> Option<&'static str> {
+    Catalog::embedded()
         .ok()
-        .and_then(|c| c.family_of(counter.source, device, driver));
-    family_counter_help(family, counter)
+        .and_then(|c| c.family_of(source, device, driver))
 }
 
 /// The HELP text for `counter` read from a device of the catalog family `family`.

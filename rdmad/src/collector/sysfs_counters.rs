@@ -17,9 +17,11 @@
 //! the sysfs cache period netlink does not report); every other device, and every device when
 //! netlink is off or failed for it, is read whole from sysfs.
 
+use std::sync::Mutex;
+
 use rustc_hash::FxHashMap;
 
-use rdmakit::model::{CounterKind, CounterSource, Snapshot, SourceError, Unit};
+use rdmakit::model::{Counter, CounterKind, CounterSource, Snapshot, SourceError, Unit};
 
 use super::{Collector, CollectorConfig, CollectorSpec, Shared};
 use rdmakit::catalog::Location;
@@ -50,11 +52,69 @@ fn build(config: &CollectorConfig) -> Box<dyn Collector> {
     Box::new(SysfsCounters {
         // Shared with sysfs_info: one read per scrape.
         source: super::sysfs_source(config),
+        names: Mutex::new(Names::default()),
     })
 }
 
 struct SysfsCounters {
     source: super::SysfsSource,
+    /// How each counter file is exported, kept across scrapes (see [`Names`]).
+    names: Mutex<Names>,
+}
+
+/// The most counter names [`Names`] keeps: far more than any device has files (a few
+/// hundred per driver), so only a tree whose file names keep changing ever clears it.
+const MAX_NAMES: usize = 16_384;
+
+/// How a counter file is exported: its family name, type and HELP. They depend on the
+/// file's source, kind, unit, name and the device's catalog family only, so they are
+/// computed once per file name and driver for the life of the daemon, not on every scrape
+/// (64 devices of one driver share every name).
+#[derive(Default)]
+struct Names {
+    /// By (source, kind, unit, catalog family), then file name; `None`: no usable name.
+    by_key: FxHashMap<NameKey, FxHashMap<Box<str>, Option<Named>>>,
+    len: usize,
+}
+
+type NameKey = (CounterSource, CounterKind, Unit, Option<&'static str>);
+
+struct Named {
+    name: String,
+    kind: Kind,
+    help: String,
+}
+
+impl Names {
+    /// How `counter` of a device of the catalog family `family` is exported.
+    fn get(&mut self, family: Option<&'static str>, counter: &Counter) -> Option<&Named> {
+        let key = (counter.source, counter.kind, counter.unit, family);
+        let known = self
+            .by_key
+            .get(&key)
+            .is_some_and(|files| files.contains_key(counter.name.as_str()));
+        if !known {
+            // Devices and drivers come and go: the cache never grows without bound.
+            if self.len >= MAX_NAMES {
+                self.by_key.clear();
+                self.len = 0;
+            }
+            let named = names::counter_metric_name(counter).map(|(name, kind)| Named {
+                name,
+                kind,
+                help: help::family_counter_help(family, counter),
+            });
+            self.by_key
+                .entry(key)
+                .or_default()
+                .insert(counter.name.as_str().into(), named);
+            self.len += 1;
+        }
+        self.by_key
+            .get(&key)
+            .and_then(|files| files.get(counter.name.as_str()))
+            .and_then(Option::as_ref)
+    }
 }
 
 impl Collector for SysfsCounters {
@@ -65,49 +125,60 @@ impl Collector for SysfsCounters {
     fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
         let snapshot = shared.sysfs_snapshot(&self.source)?;
         let mut unexported: Vec<(String, String)> = Vec::new();
-        // Metric names depend on the source, file name, kind and unit only: computed once
-        // per name, not once per device (64 devices of one driver share every name).
-        type NameKey<'a> = (CounterSource, CounterKind, Unit, &'a str);
-        let mut metric_names: FxHashMap<NameKey<'_>, Option<(String, Kind)>> = FxHashMap::default();
+        // A panic elsewhere while holding it leaves only a cache behind: use it anyway.
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
         for device in &snapshot.devices {
             let driver = device.driver.as_deref();
+            let family = |source| help::counter_family(&device.name, driver, source);
+            let families = [
+                family(CounterSource::Pma),
+                family(CounterSource::Hw),
+                family(CounterSource::DeviceHw),
+            ];
             let port_counters = device
                 .ports
                 .iter()
                 .flat_map(|port| port.counters.iter().map(|c| (c, Some(port.num))));
             let device_counters = device.hw_counters.iter().map(|c| (c, None));
+            let mut port_text = itoa::Buffer::new();
             for (counter, port) in port_counters.chain(device_counters) {
-                let metric = metric_names
-                    .entry((
-                        counter.source,
-                        counter.kind,
-                        counter.unit,
-                        counter.name.as_str(),
-                    ))
-                    .or_insert_with(|| names::counter_metric_name(counter));
-                let Some((name, kind)) = metric else {
+                let family = families[match counter.source {
+                    CounterSource::Pma => 0,
+                    CounterSource::Hw => 1,
+                    CounterSource::DeviceHw => 2,
+                }];
+                let Some(named) = names.get(family, counter) else {
                     unexported.push((device.name.clone(), counter.name.clone()));
                     continue;
                 };
-                // Sized for both labels: no reallocation when the port is pushed.
-                let mut labels = Vec::with_capacity(2);
-                labels.push(("device", device.name.clone()));
-                if let Some(port) = port {
-                    labels.push(("port", port.to_string()));
-                }
-                let result = out.add(
-                    name,
-                    *kind,
-                    || help::counter_help(&device.name, driver, counter),
-                    labels,
-                    names::counter_metric_value(counter),
-                );
+                let value = names::counter_metric_value(counter);
+                let help = || named.help.clone();
+                let result = match port {
+                    Some(port) => out.add_labels(
+                        &named.name,
+                        named.kind,
+                        help,
+                        &[
+                            ("device", device.name.as_str()),
+                            ("port", port_text.format(port)),
+                        ],
+                        value,
+                    ),
+                    None => out.add_labels(
+                        &named.name,
+                        named.kind,
+                        help,
+                        &[("device", device.name.as_str())],
+                        value,
+                    ),
+                };
                 // Two files that map to one name: keep the first, count the second.
                 if result.is_err() {
                     unexported.push((device.name.clone(), counter.name.clone()));
                 }
             }
         }
+        drop(names);
         for (device, file) in &unexported {
             tracing::debug!(device, file, "counter file has no usable metric name");
         }
@@ -162,9 +233,9 @@ pub(crate) fn report_read_errors(
         count(device);
     }
     for (device, n) in counts {
-        out.add_declared(
+        out.add_declared_labels(
             &READ_ERRORS,
-            vec![("collector", collector.to_string()), ("device", device)],
+            &[("collector", collector), ("device", device.as_str())],
             Value::Int(n),
         )?;
     }
@@ -263,6 +334,51 @@ mod tests {
         );
         assert!(text.contains("# HELP rdma_device_hw_rcv_overflow_total Packets dropped"));
         assert!(text.contains("rdma_device_hw_lifespan_seconds{device=\"hfi1_0\"}"));
+    }
+
+    #[test]
+    fn names_are_kept_across_scrapes_and_bounded() {
+        let mut names = Names::default();
+        for i in 0..MAX_NAMES + 10 {
+            let counter = Counter::new(format!("file_{i}"), CounterSource::Hw, 1);
+            let named = names.get(Some("rxe"), &counter).expect("a usable name");
+            assert_eq!(named.name, format!("rdma_port_hw_file_{i}"));
+            assert!(names.len <= MAX_NAMES, "{}", names.len);
+        }
+        let counter = Counter::new("sent_pkts", CounterSource::Hw, 1);
+        let named = names.get(Some("rxe"), &counter).expect("a usable name");
+        assert_eq!(named.help, help::counter_help("rxe0", None, &counter));
+        assert_eq!(named.kind, Kind::Counter);
+        // The same file of another catalog family has that family's HELP.
+        let other = names.get(None, &counter).expect("a usable name");
+        assert!(
+            other.help.starts_with("Driver counter, not described"),
+            "{}",
+            other.help
+        );
+        assert!(names
+            .get(None, &Counter::new("___", CounterSource::Hw, 1))
+            .is_none());
+    }
+
+    #[test]
+    fn a_scrape_with_names_kept_from_the_last_one_is_the_same() {
+        let config = CollectorConfig::new(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sysfs/quirks"),
+            DeviceFilter::all(),
+        );
+        let collector = build(&config);
+        let scrape = || {
+            let mut out = MetricSet::new();
+            collector.update(&mut out).expect("collects");
+            out.encode(Format::Text)
+        };
+        let first = scrape();
+        assert!(
+            first.contains("# HELP rdma_port_symbol_error_total "),
+            "{first}"
+        );
+        assert_eq!(first, scrape());
     }
 
     #[test]

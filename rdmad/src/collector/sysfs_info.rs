@@ -138,12 +138,20 @@ impl Collector for SysfsInfo {
 
     fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
         let snapshot = shared.sysfs_snapshot(&self.source)?;
+        let mut numbers = itoa::Buffer::new();
         for device in &snapshot.devices {
-            let text = |v: &Option<String>| v.clone().unwrap_or_default();
-            out.add_declared(
+            fn text(v: &Option<String>) -> &str {
+                v.as_deref().unwrap_or_default()
+            }
+            let dev = device.name.as_str();
+            let numa_node = device
+                .numa_node
+                .map(|n| numbers.format(n).to_owned())
+                .unwrap_or_default();
+            out.add_declared_labels(
                 &DEVICE_INFO,
-                vec![
-                    ("device", device.name.clone()),
+                &[
+                    ("device", dev),
                     ("driver", text(&device.driver)),
                     ("fw_ver", text(&device.fw_ver)),
                     ("hca_type", text(&device.hca_type)),
@@ -153,81 +161,72 @@ impl Collector for SysfsInfo {
                     (
                         "is_vf",
                         match (&device.pci_addr, &device.pf_pci_addr) {
-                            (None, _) => String::new(),
-                            (Some(_), pf) => pf.is_some().to_string(),
+                            (None, _) => "",
+                            (Some(_), Some(_)) => "true",
+                            (Some(_), None) => "false",
                         },
                     ),
                     ("pf_pci_addr", text(&device.pf_pci_addr)),
-                    (
-                        "numa_node",
-                        device.numa_node.map(|n| n.to_string()).unwrap_or_default(),
-                    ),
+                    ("numa_node", numa_node.as_str()),
                 ],
                 Value::Int(1),
             )?;
             if let Some(node) = device.numa_node {
-                out.add_declared(
+                out.add_declared_labels(
                     &DEVICE_NUMA_NODE,
-                    vec![("device", device.name.clone())],
+                    &[("device", dev)],
                     Value::Int(u64::from(node)),
                 )?;
             }
             for port in &device.ports {
-                let labels = || {
-                    vec![
-                        ("device", device.name.clone()),
-                        ("port", port.num.to_string()),
-                    ]
-                };
-                let name = |e: &Option<rdmakit::model::Enumerated>| {
-                    e.as_ref().map(|e| e.name.clone()).unwrap_or_default()
-                };
+                let port_text = port.num.to_string();
+                let labels = [("device", dev), ("port", port_text.as_str())];
+                fn name(e: &Option<rdmakit::model::Enumerated>) -> &str {
+                    e.as_ref().map(|e| e.name.as_str()).unwrap_or_default()
+                }
                 let rate = port.rate.as_ref();
-                let mut info = labels();
-                info.extend([
-                    ("link_layer", text(&port.link_layer)),
-                    ("netdev", text(&port.netdev)),
-                    ("state", name(&port.state)),
-                    ("phys_state", name(&port.phys_state)),
-                    (
-                        "link_width",
-                        rate.and_then(|r| r.width)
-                            .map(|w| format!("{w}X"))
-                            .unwrap_or_default(),
-                    ),
-                    (
-                        "link_speed",
-                        rate.and_then(|r| r.speed.clone()).unwrap_or_default(),
-                    ),
-                ]);
-                out.add_declared(&PORT_INFO, info, Value::Int(1))?;
+                let link_width = rate
+                    .and_then(|r| r.width)
+                    .map(|w| format!("{w}X"))
+                    .unwrap_or_default();
+                out.add_declared_labels(
+                    &PORT_INFO,
+                    &[
+                        labels[0],
+                        labels[1],
+                        ("link_layer", text(&port.link_layer)),
+                        ("netdev", text(&port.netdev)),
+                        ("state", name(&port.state)),
+                        ("phys_state", name(&port.phys_state)),
+                        ("link_width", link_width.as_str()),
+                        (
+                            "link_speed",
+                            rate.and_then(|r| r.speed.as_deref()).unwrap_or_default(),
+                        ),
+                    ],
+                    Value::Int(1),
+                )?;
+                let mut gauge = |family: &Declared, value: u64| {
+                    out.add_declared_labels(family, &labels, Value::Int(value))
+                };
                 if let Some(state) = &port.state {
-                    out.add_declared(&PORT_STATE_ID, labels(), Value::Int(u64::from(state.id)))?;
+                    gauge(&PORT_STATE_ID, u64::from(state.id))?;
                 }
                 if let Some(phys) = &port.phys_state {
-                    out.add_declared(
-                        &PORT_PHYSICAL_STATE_ID,
-                        labels(),
-                        Value::Int(u64::from(phys.id)),
-                    )?;
+                    gauge(&PORT_PHYSICAL_STATE_ID, u64::from(phys.id))?;
                 }
                 if let Some(bps) = port.rate.as_ref().and_then(|r| r.bits_per_second) {
-                    out.add_declared(&PORT_RATE_BYTES_PER_SECOND, labels(), Value::Int(bps / 8))?;
+                    gauge(&PORT_RATE_BYTES_PER_SECOND, bps / 8)?;
                 }
                 if let Some(width) = rate.and_then(|r| r.width) {
-                    out.add_declared(
-                        &PORT_LINK_WIDTH_LANES,
-                        labels(),
-                        Value::Int(u64::from(width)),
-                    )?;
+                    gauge(&PORT_LINK_WIDTH_LANES, u64::from(width))?;
                 }
                 if let (Some(bps), Some(width)) = (
                     rate.and_then(|r| r.bits_per_second),
                     rate.and_then(|r| r.width),
                 ) {
                     if width > 0 {
-                        let lane = bps / u64::from(width) / 8;
-                        out.add_declared(&PORT_LANE_RATE, labels(), Value::Int(lane))?;
+                        gauge(&PORT_LANE_RATE, bps / u64::from(width) / 8)?;
                     }
                 }
                 let effective = match port.link_layer.as_deref() {
@@ -239,10 +238,10 @@ impl Collector for SysfsInfo {
                     _ => None,
                 };
                 if let Some(bits) = effective {
-                    out.add_declared(&PORT_EFFECTIVE_RATE, labels(), Value::Int(bits / 8))?;
+                    gauge(&PORT_EFFECTIVE_RATE, bits / 8)?;
                 }
                 if let Some(lid) = port.lid {
-                    out.add_declared(&PORT_LID, labels(), Value::Int(u64::from(lid)))?;
+                    gauge(&PORT_LID, u64::from(lid))?;
                 }
             }
         }
