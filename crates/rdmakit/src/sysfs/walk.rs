@@ -8,10 +8,11 @@
 
 use crate::catalog::Catalog;
 use crate::model::{
-    Counter, CounterSource, Device, ErrorOrigin, Gid, Port, SourceError, SourceErrorKind,
+    classify, Counter, CounterKind, CounterSource, Device, ErrorOrigin, Gid, Port, SourceError,
+    SourceErrorKind, Unit,
 };
 use crate::sysfs::file::{self, AttrReader, ReadFailure, READ_LIMIT};
-use crate::sysfs::handles::{self, DirFiles, OpenFiles};
+use crate::sysfs::handles::{self, DeviceFiles, DirFiles, Lookup, OpenFiles};
 use crate::sysfs::parse;
 use crate::sysfs::ReadOptions;
 use rustc_hash::FxHashMap;
@@ -21,7 +22,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::MutexGuard;
 
 /// A path built by appending and removing whole components, kept as bytes: cheaper than
 /// `PathBuf::pop`, which re-parses components from the end on every call.
@@ -59,6 +60,18 @@ impl PathStack {
     fn as_path(&self) -> &Path {
         Path::new(OsStr::from_bytes(&self.bytes))
     }
+
+    /// The length of the path now.
+    fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The part of the path after the first `start` bytes, without its leading `/`
+    /// (`None` if it is not UTF-8, which pushed names always are).
+    fn tail(&self, start: usize) -> Option<&str> {
+        let tail = std::str::from_utf8(self.bytes.get(start..)?).ok()?;
+        Some(tail.strip_prefix('/').unwrap_or(tail))
+    }
 }
 
 /// Where in the tree a file belongs, for error context.
@@ -66,6 +79,52 @@ impl PathStack {
 struct Ctx<'a> {
     device: &'a str,
     port: Option<u32>,
+}
+
+/// The catalog families that describe one device's counters (from its driver or name).
+#[derive(Clone, Copy, Default)]
+struct Families {
+    /// The embedded catalog (checked by its tests; `None` only if it failed to load, and
+    /// then the file-name guess of [`classify`] stays).
+    catalog: Option<&'static Catalog>,
+    pma: Option<&'static str>,
+    hw: Option<&'static str>,
+}
+
+impl Families {
+    fn of(device: &str, driver: Option<&str>) -> Families {
+        let Ok(catalog) = Catalog::embedded() else {
+            return Families::default();
+        };
+        Families {
+            catalog: Some(catalog),
+            pma: catalog.family_of(CounterSource::Pma, device, driver),
+            hw: catalog.family_of(CounterSource::Hw, device, driver),
+        }
+    }
+
+    fn family(&self, source: CounterSource) -> Option<&'static str> {
+        match source {
+            CounterSource::Pma => self.pma,
+            CounterSource::Hw | CounterSource::DeviceHw => self.hw,
+        }
+    }
+
+    /// The kind and unit the catalog describes for the counter file `name` of `source`, else
+    /// the file-name guess.
+    fn kind_and_unit(&self, source: CounterSource, name: &str) -> (CounterKind, Unit) {
+        match self.catalog {
+            Some(catalog) => catalog.kind_and_unit(self.family(source), source, name),
+            None => classify(name, source),
+        }
+    }
+}
+
+/// What is kept of the device being read, locked for the time of its read.
+pub(crate) struct KeptDevice<'a> {
+    open_files: &'a OpenFiles,
+    generation: u64,
+    files: MutexGuard<'a, DeviceFiles>,
 }
 
 /// State of one snapshot read.
@@ -78,8 +137,12 @@ pub(crate) struct Walk<'r> {
     /// Find each port's netdev from `gid_attrs/ndevs/` alone (see
     /// [`crate::sysfs::SysfsReader::with_netdev_only_gids`]).
     netdev_only: bool,
-    /// Counter file descriptors kept between snapshots, and this snapshot's generation.
+    /// Descriptors kept between snapshots, and this snapshot's generation.
     open_files: Option<(&'r OpenFiles, u64)>,
+    /// Where the current device directory's path ends in `path`.
+    device_end: usize,
+    /// The catalog families of the current device.
+    families: Families,
     pub(crate) errors: Vec<SourceError>,
 }
 
@@ -102,12 +165,14 @@ impl<'r> Walk<'r> {
             attr: AttrReader::new(),
             netdev_only: false,
             open_files: None,
+            device_end: 0,
+            families: Families::default(),
             errors: Vec::new(),
         }
     }
 
-    /// Re-read counter files through descriptors kept in `open_files` (see
-    /// [`crate::sysfs::handles`]); `generation` is this snapshot's.
+    /// Read through descriptors kept in `open_files` (see [`crate::sysfs::handles`]);
+    /// `generation` is this snapshot's.
     pub(crate) fn open_files(mut self, open_files: Option<(&'r OpenFiles, u64)>) -> Walk<'r> {
         self.open_files = open_files;
         self
@@ -145,9 +210,50 @@ impl<'r> Walk<'r> {
         }
     }
 
+    /// The kept directory at the current path ([`Lookup::Unavailable`] when nothing is kept).
+    fn lookup<'k>(&self, kept: Option<&'k mut KeptDevice<'_>>) -> Lookup<'k> {
+        let (Some(kept), Some(rel)) = (kept, self.path.tail(self.device_end)) else {
+            return Lookup::Unavailable;
+        };
+        let KeptDevice {
+            open_files,
+            generation,
+            files,
+        } = kept;
+        files.dir(open_files, rel, self.path.as_path(), *generation)
+    }
+
+    /// The current directory, to read attributes from by name: kept, else its descriptor
+    /// (held in `plain`); `None` when it cannot be opened (its files are then read by path,
+    /// which reports why).
+    fn attr_dir<'k>(
+        &self,
+        kept: Option<&'k mut KeptDevice<'_>>,
+        plain: &'k mut Option<OwnedFd>,
+    ) -> Option<AttrDir<'k>> {
+        let open_files = kept.as_ref().map(|k| k.open_files);
+        match (open_files, self.lookup(kept)) {
+            (Some(open_files), Lookup::Kept(dir)) => Some(AttrDir::Kept(open_files, dir)),
+            _ => {
+                *plain = file::open_dir_fd(self.path.as_path());
+                plain.as_ref().map(|fd| AttrDir::Plain(fd.as_fd()))
+            }
+        }
+    }
+
+    /// The entries of the current directory: the kept listing, else listed now (`None`
+    /// when it does not exist; recorded if listing fails).
+    fn entries(&mut self, ctx: Ctx<'_>, kept: Option<&mut KeptDevice<'_>>) -> Option<Vec<String>> {
+        match self.lookup(kept) {
+            Lookup::Kept(dir) => Some(dir.names().to_vec()),
+            Lookup::Absent => None,
+            Lookup::Unavailable => self.list(ctx),
+        }
+    }
+
     /// A text attribute of the current directory; `None` when absent, empty or failing.
-    /// `dir` is the current directory's descriptor when it could be opened: the file is then
-    /// opened relative to it instead of by its whole path.
+    /// `dir` is the current directory when it could be opened: the file is then read
+    /// relative to it (or through its kept descriptor) instead of by its whole path.
     fn text(&mut self, ctx: Ctx<'_>, dir: Option<&mut AttrDir<'_>>, file: &str) -> Option<String> {
         self.text_tolerating(ctx, dir, file, |_| false)
     }
@@ -211,10 +317,22 @@ impl<'r> Walk<'r> {
         value
     }
 
-    /// The basename of the symlink `name` in the current directory, if it is one.
-    fn link_basename(&mut self, ctx: Ctx<'_>, name: &str) -> Option<String> {
+    /// The basename of the symlink `name` in the current directory (`dir`, when it could be
+    /// opened), if it is one.
+    fn link_basename(
+        &mut self,
+        ctx: Ctx<'_>,
+        dir: Option<&AttrDir<'_>>,
+        name: &str,
+    ) -> Option<String> {
         self.path.push(name);
-        let result = fs::read_link(self.path.as_path());
+        let result = match dir {
+            Some(dir) if dir.lists(name) == Some(false) => Err(io::ErrorKind::NotFound.into()),
+            Some(dir) => nix::fcntl::readlinkat(dir.fd(), name)
+                .map(PathBuf::from)
+                .map_err(io::Error::from),
+            None => fs::read_link(self.path.as_path()),
+        };
         let value = match result {
             Ok(target) => target
                 .file_name()
@@ -261,85 +379,91 @@ impl<'r> Walk<'r> {
         }
     }
 
-    /// What is kept of the current directory, when this walk keeps descriptors and the
-    /// directory can be `stat`ed.
-    fn kept(&self) -> Option<Kept<'r>> {
-        let (open_files, generation) = self.open_files?;
-        let entry = open_files.entry(self.path.as_path(), generation)?;
-        Some((open_files, generation, entry))
-    }
-
-    /// Read one device; the current path is the class directory. With `skip_port_hw`, the
-    /// ports' `hw_counters/` directories are not read, except their `lifespan` file.
-    pub(crate) fn device(&mut self, name: String, skip_port_hw: bool) -> Device {
+    /// Read one device; the current path is the class directory. `ino` is the inode number
+    /// of its entry there (what is kept of the device is dropped when it changes). With
+    /// `skip_port_hw`, the ports' `hw_counters/` directories are not read, except their
+    /// `lifespan` file.
+    pub(crate) fn device(&mut self, name: String, ino: u64, skip_port_hw: bool) -> Device {
         self.path.push(&name);
+        self.device_end = self.path.len();
+        let entry = self.open_files.map(|(open_files, generation)| {
+            (
+                open_files,
+                generation,
+                open_files.device(&name, ino, generation),
+            )
+        });
+        let mut kept = entry
+            .as_ref()
+            .map(|(open_files, generation, entry)| KeptDevice {
+                open_files,
+                generation: *generation,
+                files: handles::lock(entry),
+            });
         let ctx = Ctx {
             device: &name,
             port: None,
         };
         // When the directory cannot be opened, every read below fails by path and says why.
-        let kept = self.kept();
-        let fd = match kept {
-            Some(_) => None,
-            None => file::open_dir_fd(self.path.as_path()),
-        };
-        let mut dir = AttrDir::new(self.path.as_path(), fd.as_ref(), kept.as_ref());
+        let mut plain = None;
+        let mut dir = self.attr_dir(kept.as_mut(), &mut plain);
         let node_type = self.parsed(ctx, dir.as_mut(), "node_type", parse::parse_enumerated);
         let node_guid = self.text(ctx, dir.as_mut(), "node_guid");
         let sys_image_guid = self.text(ctx, dir.as_mut(), "sys_image_guid");
         let fw_ver = self.text(ctx, dir.as_mut(), "fw_ver");
         let hca_type = self.text(ctx, dir.as_mut(), "hca_type");
         let board_id = self.text(ctx, dir.as_mut(), "board_id");
-        drop(dir);
-        let parent = self.link_basename(ctx, "device");
-        let driver = if parent.is_some() {
-            self.path.push("device");
-            let driver = self.link_basename(ctx, "driver");
-            self.path.pop();
-            driver
-        } else {
-            None
-        };
-        let pci_addr = parent.filter(|p| parse::is_pci_addr(p));
+        let parent = self.link_basename(ctx, dir.as_ref(), "device");
+        let pci_addr = parent
+            .as_deref()
+            .filter(|p| parse::is_pci_addr(p))
+            .map(str::to_owned);
+        let mut driver = None;
         // The PCI function's NUMA node and, for a VF, its PF (both absent is normal).
-        let (numa_node, pf_pci_addr) = if pci_addr.is_some() {
+        let (mut numa_node, mut pf_pci_addr) = (None, None);
+        if parent.is_some() {
             self.path.push("device");
-            let numa = self
-                .text_tolerating(ctx, None, "numa_node", |e| {
-                    e.kind() == io::ErrorKind::NotFound
-                })
-                .and_then(|t| t.parse::<i64>().ok())
-                .and_then(|n| u32::try_from(n).ok());
-            let physfn = self.link_basename(ctx, "physfn");
+            let mut plain = None;
+            let mut dir = self.attr_dir(kept.as_mut(), &mut plain);
+            driver = self.link_basename(ctx, dir.as_ref(), "driver");
+            if pci_addr.is_some() {
+                numa_node = self
+                    .text_tolerating(ctx, dir.as_mut(), "numa_node", |e| {
+                        e.kind() == io::ErrorKind::NotFound
+                    })
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .and_then(|n| u32::try_from(n).ok());
+                pf_pci_addr = self.link_basename(ctx, dir.as_ref(), "physfn");
+            }
             self.path.pop();
-            (numa, physfn)
-        } else {
-            (None, None)
-        };
+        }
+        self.families = Families::of(&name, driver.as_deref());
 
         let mut ports = Vec::new();
         self.path.push("ports");
-        if let Some(entries) = self.list(ctx) {
+        if let Some(entries) = self.entries(ctx, kept.as_mut()) {
             let mut nums: Vec<(u32, String)> = entries
                 .into_iter()
                 .filter_map(|n| n.parse::<u32>().ok().map(|num| (num, n)))
                 .collect();
             nums.sort_unstable();
             for (num, dir) in nums {
-                ports.push(self.port(&name, num, &dir, skip_port_hw));
+                ports.push(self.port(&name, num, &dir, skip_port_hw, kept.as_mut()));
             }
         }
         self.path.pop();
 
         let mut hw_counters = Vec::new();
-        self.counters(ctx, CounterSource::DeviceHw, &mut hw_counters);
-        self.path.pop();
-        let port_counters = ports.iter_mut().flat_map(|p| p.counters.iter_mut());
-        describe_counters(
-            &name,
-            driver.as_deref(),
-            port_counters.chain(&mut hw_counters),
+        self.counters(
+            ctx,
+            CounterSource::DeviceHw,
+            &mut hw_counters,
+            kept.as_mut(),
         );
+        self.path.pop();
+        if let Some(kept) = kept.as_mut() {
+            kept.files.end(kept.open_files, kept.generation);
+        }
 
         Device {
             name,
@@ -359,18 +483,21 @@ impl<'r> Walk<'r> {
     }
 
     /// Read one port; the current path is `<dev>/ports`.
-    fn port(&mut self, device: &str, num: u32, dir: &str, skip_hw: bool) -> Port {
+    fn port(
+        &mut self,
+        device: &str,
+        num: u32,
+        dir: &str,
+        skip_hw: bool,
+        mut kept: Option<&mut KeptDevice<'_>>,
+    ) -> Port {
         self.path.push(dir);
         let ctx = Ctx {
             device,
             port: Some(num),
         };
-        let kept = self.kept();
-        let fd = match kept {
-            Some(_) => None,
-            None => file::open_dir_fd(self.path.as_path()),
-        };
-        let mut dir = AttrDir::new(self.path.as_path(), fd.as_ref(), kept.as_ref());
+        let mut plain = None;
+        let mut dir = self.attr_dir(kept.as_deref_mut(), &mut plain);
         let state = self.parsed(ctx, dir.as_mut(), "state", parse::parse_enumerated);
         let phys_state = self.parsed(ctx, dir.as_mut(), "phys_state", parse::parse_enumerated);
         let rate = self
@@ -379,27 +506,26 @@ impl<'r> Walk<'r> {
         let link_layer = self.text(ctx, dir.as_mut(), "link_layer");
         let lid = self.parsed(ctx, dir.as_mut(), "lid", parse::parse_lid);
         let sm_lid = self.parsed(ctx, dir.as_mut(), "sm_lid", parse::parse_lid);
-        drop(dir);
         let (gids, netdev) = if !self.options.gids {
             (Vec::new(), None)
         } else if self.netdev_only {
             let netdev = if link_layer.as_deref() == Some("InfiniBand") {
                 None
             } else {
-                self.first_netdev(ctx)
+                self.first_netdev(ctx, kept.as_deref_mut())
             };
             (Vec::new(), netdev)
         } else {
-            let gids = self.gids(ctx);
+            let gids = self.gids(ctx, kept.as_deref_mut());
             let netdev = gids.iter().find_map(|g| g.netdev.clone());
             (gids, netdev)
         };
         let mut counters = Vec::new();
-        self.counters(ctx, CounterSource::Pma, &mut counters);
+        self.counters(ctx, CounterSource::Pma, &mut counters, kept.as_deref_mut());
         if skip_hw {
-            self.lifespan_only(ctx, &mut counters);
+            self.lifespan_only(ctx, &mut counters, kept.as_deref_mut());
         } else {
-            self.counters(ctx, CounterSource::Hw, &mut counters);
+            self.counters(ctx, CounterSource::Hw, &mut counters, kept);
         }
         self.path.pop();
         Port {
@@ -417,11 +543,10 @@ impl<'r> Walk<'r> {
     }
 
     /// The populated GID entries of the current port directory.
-    fn gids(&mut self, ctx: Ctx<'_>) -> Vec<Gid> {
+    fn gids(&mut self, ctx: Ctx<'_>, mut kept: Option<&mut KeptDevice<'_>>) -> Vec<Gid> {
         self.path.push("gids");
-        let entries = self.list(ctx);
         let mut gids = Vec::new();
-        let Some(entries) = entries else {
+        let Some(entries) = self.entries(ctx, kept.as_deref_mut()) else {
             self.path.pop();
             return gids;
         };
@@ -430,9 +555,19 @@ impl<'r> Walk<'r> {
             .filter_map(|n| n.parse::<u32>().ok().map(|i| (i, n)))
             .collect();
         indices.sort_unstable();
+        // Kept: read through the kept directory; else by path.
+        let mut plain = None;
+        let mut dir = match kept.as_deref_mut() {
+            Some(kept) => self.attr_dir(Some(kept), &mut plain),
+            None => None,
+        };
         for (index, file) in &indices {
             self.path.push(file);
-            let gid = match self.attr.read(self.path.as_path()) {
+            let read = match dir.as_mut() {
+                Some(dir) => dir.read(&mut self.attr, file).map(|n| self.attr.filled(n)),
+                None => self.attr.read(self.path.as_path()),
+            };
+            let gid = match read {
                 Ok(bytes) => match std::str::from_utf8(bytes).ok().and_then(parse::parse_gid) {
                     Some(gid) => Some(gid),
                     None => {
@@ -465,8 +600,8 @@ impl<'r> Walk<'r> {
         self.path.push("gid_attrs");
         for gid in &mut gids {
             let file = gid.index.to_string();
-            gid.gid_type = self.gid_attr(ctx, "types", &file);
-            gid.netdev = self.gid_attr(ctx, "ndevs", &file);
+            gid.gid_type = self.gid_attr(ctx, "types", &file, kept.as_deref_mut());
+            gid.netdev = self.gid_attr(ctx, "ndevs", &file, kept.as_deref_mut());
         }
         self.path.pop();
         gids
@@ -474,20 +609,28 @@ impl<'r> Walk<'r> {
 
     /// The netdev of the lowest GID entry that has one, reading `gid_attrs/ndevs/<i>` in index
     /// order and stopping at the first name; the GIDs themselves are not read.
-    fn first_netdev(&mut self, ctx: Ctx<'_>) -> Option<String> {
+    fn first_netdev(
+        &mut self,
+        ctx: Ctx<'_>,
+        mut kept: Option<&mut KeptDevice<'_>>,
+    ) -> Option<String> {
         self.path.push("gid_attrs");
         self.path.push("ndevs");
-        let entries = self.list(ctx);
         let mut found = None;
-        if let Some(entries) = entries {
+        if let Some(entries) = self.entries(ctx, kept.as_deref_mut()) {
             let mut indices: Vec<(u32, String)> = entries
                 .into_iter()
                 .filter_map(|n| n.parse::<u32>().ok().map(|i| (i, n)))
                 .collect();
             indices.sort_unstable();
+            let mut plain = None;
+            let mut dir = match kept {
+                Some(kept) => self.attr_dir(Some(kept), &mut plain),
+                None => None,
+            };
             for (_, file) in &indices {
                 // Unpopulated entries, or entries without a netdev, are no error.
-                let value = self.text_tolerating(ctx, None, file, is_no_attribute);
+                let value = self.text_tolerating(ctx, dir.as_mut(), file, is_no_attribute);
                 if value.is_some() {
                     found = value;
                     break;
@@ -500,15 +643,35 @@ impl<'r> Walk<'r> {
     }
 
     /// `hw_counters/lifespan` of the current port directory, when it exists.
-    fn lifespan_only(&mut self, ctx: Ctx<'_>, out: &mut Vec<Counter>) {
+    fn lifespan_only(
+        &mut self,
+        ctx: Ctx<'_>,
+        out: &mut Vec<Counter>,
+        kept: Option<&mut KeptDevice<'_>>,
+    ) {
         if !self.options.counters {
             return;
         }
-        self.path.push(CounterSource::Hw.dir_name());
+        let source = CounterSource::Hw;
+        self.path.push(source.dir_name());
+        let open_files = kept.as_ref().map(|k| k.open_files);
+        let read = match (open_files, self.lookup(kept)) {
+            (_, Lookup::Absent) => Err(ReadFailure::Missing),
+            (Some(open_files), Lookup::Kept(dir)) => {
+                AttrDir::Kept(open_files, dir).read(&mut self.attr, "lifespan")
+            }
+            _ => {
+                self.path.push("lifespan");
+                let read = self.attr.read(self.path.as_path()).map(<[u8]>::len);
+                self.path.pop();
+                read
+            }
+        };
+        let (kind, unit) = self.families.kind_and_unit(source, "lifespan");
         self.path.push("lifespan");
-        match self.attr.read(self.path.as_path()) {
+        match read.map(|n| self.attr.filled(n)) {
             Ok(bytes) => match parse::parse_u64(bytes) {
-                Some(value) => out.push(Counter::new("lifespan", CounterSource::Hw, value)),
+                Some(value) => out.push(counter("lifespan", source, value, kind, unit)),
                 None => {
                     let detail = parse::excerpt(parse::trim(bytes));
                     self.record(ctx, SourceErrorKind::Unparsable, detail);
@@ -522,9 +685,20 @@ impl<'r> Walk<'r> {
 
     /// `gid_attrs/<dir>/<file>`: absent and EINVAL (no attribute, e.g. no netdev on
     /// InfiniBand) are `None` without an error.
-    fn gid_attr(&mut self, ctx: Ctx<'_>, dir: &str, file: &str) -> Option<String> {
+    fn gid_attr(
+        &mut self,
+        ctx: Ctx<'_>,
+        dir: &str,
+        file: &str,
+        kept: Option<&mut KeptDevice<'_>>,
+    ) -> Option<String> {
         self.path.push(dir);
-        let value = self.text_tolerating(ctx, None, file, |err| {
+        let mut plain = None;
+        let mut attr_dir = match kept {
+            Some(kept) => self.attr_dir(Some(kept), &mut plain),
+            None => None,
+        };
+        let value = self.text_tolerating(ctx, attr_dir.as_mut(), file, |err| {
             err.kind() == io::ErrorKind::InvalidInput
         });
         self.path.pop();
@@ -532,41 +706,46 @@ impl<'r> Walk<'r> {
     }
 
     /// Every file of the `source` counter directory under the current path, in name order,
-    /// appended to `out`. The files are opened relative to the directory's descriptor, or
-    /// re-read through descriptors kept from the last snapshot.
-    fn counters(&mut self, ctx: Ctx<'_>, source: CounterSource, out: &mut Vec<Counter>) {
+    /// appended to `out`. The files are re-read through descriptors kept from the last
+    /// snapshot, or opened relative to the directory's descriptor.
+    fn counters(
+        &mut self,
+        ctx: Ctx<'_>,
+        source: CounterSource,
+        out: &mut Vec<Counter>,
+        kept: Option<&mut KeptDevice<'_>>,
+    ) {
         if !self.options.counters {
             return;
         }
         self.path.push(source.dir_name());
-        if let Some((open_files, generation, entry)) = self.kept() {
-            let mut kept = handles::lock(&entry);
-            // On failure, the ordinary read below reports why.
-            if open_files
-                .prepare(&mut kept, self.path.as_path(), generation, true)
-                .is_ok()
-            {
-                let parts = kept.parts();
-                if let Some(fd) = parts.dir {
-                    out.reserve(parts.names.len());
-                    for (name, slot) in parts.names.iter().zip(parts.slots.iter_mut()) {
-                        let read = read_in_slot(&mut self.attr, fd, name, open_files, slot);
-                        self.counter_file(ctx, source, name, read, out);
-                    }
-                    self.path.pop();
-                    return;
+        let families = self.families;
+        let open_files = kept.as_ref().map(|k| k.open_files);
+        match (open_files, self.lookup(kept)) {
+            (_, Lookup::Absent) => {}
+            (Some(open_files), Lookup::Kept(dir)) => {
+                let parts = dir.counters(source, families.family(source), |name| {
+                    families.kind_and_unit(source, name)
+                });
+                out.reserve(parts.names.len());
+                let files = parts.names.iter().zip(parts.slots.iter_mut());
+                for ((name, slot), &(kind, unit)) in files.zip(parts.kinds) {
+                    let read = read_in_slot(&mut self.attr, parts.dir, name, open_files, slot);
+                    self.counter_file(ctx, source, name, (kind, unit), read, out);
                 }
             }
+            _ => self.counters_unkept(ctx, source, out),
         }
+        self.path.pop();
+    }
+
+    /// [`Walk::counters`] without kept descriptors; the current path is the directory.
+    fn counters_unkept(&mut self, ctx: Ctx<'_>, source: CounterSource, out: &mut Vec<Counter>) {
         let (dir, mut names) = match file::open_dir(self.path.as_path()) {
             Ok(Some(listing)) => listing,
-            Ok(None) => {
-                self.path.pop();
-                return;
-            }
+            Ok(None) => return,
             Err(err) => {
                 self.record(ctx, io_kind(&err), err.to_string());
-                self.path.pop();
                 return;
             }
         };
@@ -576,25 +755,27 @@ impl<'r> Walk<'r> {
         out.reserve(names.len());
         for name in &names {
             let read = read_in_dir(&mut self.attr, fd, name, None);
-            self.counter_file(ctx, source, name, read, out);
+            let kind_and_unit = self.families.kind_and_unit(source, name);
+            self.counter_file(ctx, source, name, kind_and_unit, read, out);
         }
-        self.path.pop();
     }
 
     /// The outcome of reading the counter file `name` (its length in `self.attr`): a counter
-    /// in `out`, or an error recorded (absent files are neither).
+    /// of the catalog's kind and unit in `out`, or an error recorded (absent files are
+    /// neither).
     fn counter_file(
         &mut self,
         ctx: Ctx<'_>,
         source: CounterSource,
         name: &str,
+        (kind, unit): (CounterKind, Unit),
         read: Result<usize, ReadFailure>,
         out: &mut Vec<Counter>,
     ) {
         let problem = match read.map(|n| self.attr.filled(n)) {
             Ok(bytes) => match parse::parse_u64(bytes) {
                 Some(value) => {
-                    out.push(Counter::new(name, source, value));
+                    out.push(counter(name, source, value, kind, unit));
                     return;
                 }
                 None => {
@@ -622,76 +803,62 @@ impl<'r> Walk<'r> {
     }
 }
 
-/// Gives the counters of one device the kind and unit the embedded catalog describes for
-/// them (the family from the device's driver or name, `ib_pma` for the PMA files); counters
-/// it does not describe keep the file-name guess of [`Counter::new`].
-fn describe_counters<'c>(
-    device: &str,
-    driver: Option<&str>,
-    counters: impl Iterator<Item = &'c mut Counter>,
-) {
-    // The embedded catalog is checked by its tests; if it ever failed to load, the guess stays.
-    let Ok(catalog) = Catalog::embedded() else {
-        return;
-    };
-    let pma = catalog.family_of(CounterSource::Pma, device, driver);
-    let hw = catalog.family_of(CounterSource::Hw, device, driver);
-    for counter in counters {
-        let family = match counter.source {
-            CounterSource::Pma => pma,
-            CounterSource::Hw | CounterSource::DeviceHw => hw,
-        };
-        let (kind, unit) = catalog.kind_and_unit(family, counter.source, &counter.name);
-        if (kind, unit) != (counter.kind, counter.unit) {
-            counter.set_kind_and_unit(kind, unit);
-        }
+/// A counter of the given kind and unit (`bytes` follows the unit), without the file-name
+/// guess of [`Counter::new`]: the kind and unit come from the catalog (see [`Families`]).
+fn counter(
+    name: &str,
+    source: CounterSource,
+    value: u64,
+    kind: CounterKind,
+    unit: Unit,
+) -> Counter {
+    Counter {
+        name: name.to_owned(),
+        source,
+        value,
+        kind,
+        unit,
+        bytes: None,
     }
+    .with_kind_and_unit(kind, unit)
 }
-
-/// What a walk keeps of one directory: the shared store, this snapshot's generation, the
-/// directory's entry.
-type Kept<'r> = (&'r OpenFiles, u64, Arc<Mutex<DirFiles>>);
 
 /// A directory whose attributes are read by name: by its descriptor, or through what is
 /// kept of it between snapshots.
 enum AttrDir<'a> {
     Plain(BorrowedFd<'a>),
-    Kept(&'a OpenFiles, MutexGuard<'a, DirFiles>),
+    Kept(&'a OpenFiles, &'a mut DirFiles),
 }
 
-impl<'a> AttrDir<'a> {
-    /// `None` when the directory could not be opened (its files are then read by path,
-    /// which reports why).
-    fn new(
-        path: &Path,
-        fd: Option<&'a OwnedFd>,
-        kept: Option<&'a Kept<'a>>,
-    ) -> Option<AttrDir<'a>> {
-        match kept {
-            Some((open_files, generation, entry)) => {
-                let mut dir = handles::lock(entry);
-                open_files
-                    .prepare(&mut dir, path, *generation, false)
-                    .ok()?;
-                Some(AttrDir::Kept(open_files, dir))
-            }
-            None => fd.map(|fd| AttrDir::Plain(fd.as_fd())),
-        }
-    }
-
-    /// Read the file `name` into `attr`; the length read.
+impl AttrDir<'_> {
+    /// Read the file `name` into `attr`; the length read. A kept directory whose listing
+    /// does not show `name` answers [`ReadFailure::Missing`] without a system call.
     fn read(&mut self, attr: &mut AttrReader, name: &str) -> Result<usize, ReadFailure> {
         match self {
             AttrDir::Plain(fd) => read_in_dir(attr, *fd, name, None),
             AttrDir::Kept(open_files, dir) => {
-                let parts = dir.parts();
-                match parts.dir {
-                    Some(fd) => read_in_dir(attr, fd, name, Some((open_files, parts.files))),
-                    None => Err(ReadFailure::Os(io::Error::other(
-                        "directory descriptor missing",
-                    ))),
+                if dir.lists(name) == Some(false) {
+                    return Err(ReadFailure::Missing);
                 }
+                let (fd, files) = dir.by_name();
+                read_in_dir(attr, fd, name, Some((open_files, files)))
             }
+        }
+    }
+
+    /// Whether the kept listing shows `name` (`None`: not known).
+    fn lists(&self, name: &str) -> Option<bool> {
+        match self {
+            AttrDir::Plain(_) => None,
+            AttrDir::Kept(_, dir) => dir.lists(name),
+        }
+    }
+
+    /// The directory's descriptor.
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            AttrDir::Plain(fd) => *fd,
+            AttrDir::Kept(_, dir) => dir.fd(),
         }
     }
 }
