@@ -59,16 +59,28 @@ pub fn synthetic_sysfs(devices: u32) -> anyhow::Result<PathBuf> {
     Ok(root)
 }
 
-/// Every regular file below `dir`.
+/// Every regular file below `dir`. Symbolic links below it are not followed nor listed (a
+/// real sysfs device directory links to its parent device and subsystem); `dir` itself may
+/// be one.
 pub fn all_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let path = entry.path();
-        if entry.file_type()?.is_dir() {
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
             all_files(&path, out)?;
-        } else {
+        } else if kind.is_file() {
             out.push(path);
         }
+    }
+    Ok(())
+}
+
+/// Every file of every device of a `class/infiniband` directory: the synthetic tree's
+/// device directories, or the symbolic links to them of a real `/sys/class/infiniband`.
+pub fn device_files(class: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(class)? {
+        all_files(&entry?.path(), out)?;
     }
     Ok(())
 }

@@ -19,7 +19,10 @@
 //! level 1 gives 13.6% of plain, 4 gives 11.6% for 3x its CPU (about 1 ms), and 9 still 11.5%
 //! for 34x: the rest is the counter values' digits and the line structure deflate codes
 //! per line. `--web.disable-compression` turns it off. Each response is logged at
-//! debug level (target `rdmad::http`) with its path, status, encoding and user agent.
+//! debug level (target `rdmad::http`) with its path, status, encoding and user agent, and
+//! each `/metrics` response is counted by encoding in
+//! `rdma_exporter_metrics_responses_total{encoding}` (shown by the scrapes after it), so the
+//! encoding Prometheus' scrapes get is a query away.
 //!
 //! Devices come and go (`rdma link add/delete`, hot-plug, driver reload): since nothing is
 //! cached, the next scrape simply reads what exists, and a removed device's series are gone
@@ -51,7 +54,7 @@ pub const COMPRESSION_LEVEL: tower_http::CompressionLevel =
 pub const MONITOR_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 use crate::cli::Settings;
-use crate::collector::{CollectorConfig, Collectors, TABLE};
+use crate::collector::{CollectorConfig, Collectors, ResponseCounts, TABLE};
 use crate::metrics::{negotiate, Format};
 use crate::webconfig::WebConfig;
 
@@ -61,6 +64,8 @@ pub struct Exporter {
     permits: Arc<Semaphore>,
     collecting: Arc<Semaphore>,
     filter: DeviceFilter,
+    /// `/metrics` responses by encoding, counted by [`log_response`], exported by the scrapes.
+    responses: Arc<ResponseCounts>,
     /// The probe engine, running while the exporter lives (`--probe.enable`).
     _probe_engine: crate::collector::probes::Engine,
 }
@@ -89,10 +94,19 @@ impl Exporter {
             procfs: settings.procfs.clone(),
             owners: settings.owners.clone(),
         };
+        let responses = Arc::new(ResponseCounts::default());
+        let collectors =
+            Collectors::new(&config, &settings.collectors).with_timeout(settings.scrape_timeout);
+        // `--once` answers no request: no responses to count or export.
+        let collectors = if settings.once {
+            collectors
+        } else {
+            collectors.with_responses(Arc::clone(&responses))
+        };
         Ok(Exporter {
             _probe_engine: probe_engine,
-            collectors: Collectors::new(&config, &settings.collectors)
-                .with_timeout(settings.scrape_timeout),
+            collectors,
+            responses,
             permits: Arc::new(Semaphore::new(settings.max_requests)),
             collecting: Arc::new(Semaphore::new(
                 std::thread::available_parallelism()
@@ -360,7 +374,7 @@ pub fn router(exporter: Arc<Exporter>, compress: bool) -> Router {
         .route("/", get(index))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
-        .with_state(exporter);
+        .with_state(Arc::clone(&exporter));
     let router = if compress {
         router.layer(
             tower_http::compression::CompressionLayer::new()
@@ -371,13 +385,23 @@ pub fn router(exporter: Arc<Exporter>, compress: bool) -> Router {
     } else {
         router
     };
-    router.layer(axum::middleware::from_fn(log_response))
+    router.layer(axum::middleware::from_fn_with_state(exporter, log_response))
 }
 
-/// Log each response at debug level: path, status, the encoding sent, the client's agent.
-async fn log_response(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+/// Count each `/metrics` response by the encoding sent (`rdma_exporter_metrics_responses_total`)
+/// and log each response at debug level: path, status, the encoding sent, the client's agent.
+async fn log_response(
+    State(exporter): State<Arc<Exporter>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let scrape = request.uri().path() == "/metrics";
     if !tracing::enabled!(target: "rdmad::http", tracing::Level::DEBUG) {
-        return next.run(request).await;
+        let response = next.run(request).await;
+        if scrape {
+            exporter.responses.record(content_encoding(&response));
+        }
+        return response;
     }
     let path = request.uri().path().to_owned();
     let agent = request
@@ -387,11 +411,10 @@ async fn log_response(request: axum::extract::Request, next: axum::middleware::N
         .unwrap_or("")
         .to_owned();
     let response = next.run(request).await;
-    let encoding = response
-        .headers()
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("identity");
+    if scrape {
+        exporter.responses.record(content_encoding(&response));
+    }
+    let encoding = content_encoding(&response).unwrap_or("identity");
     tracing::debug!(
         target: "rdmad::http",
         path,
@@ -401,6 +424,14 @@ async fn log_response(request: axum::extract::Request, next: axum::middleware::N
         "response"
     );
     response
+}
+
+/// A response's `Content-Encoding` (`None`: identity).
+fn content_encoding(response: &Response) -> Option<&str> {
+    response
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
 }
 
 async fn metrics(State(exporter): State<Arc<Exporter>>, headers: HeaderMap) -> Response {

@@ -674,6 +674,15 @@ fn get_bytes(address: &str, path: &str, headers: &[(&str, &str)]) -> (String, St
     (status.to_string(), headers, out)
 }
 
+/// An exposition without its `rdma_exporter_metrics_responses_total` samples (they count the
+/// responses before it, so two scrapes never have the same).
+fn without_responses(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.starts_with("rdma_exporter_metrics_responses_total{"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// The decoded body of a response with `content-encoding` `encoding`.
 fn decode(encoding: &str, body: &[u8]) -> String {
     let mut text = String::new();
@@ -760,7 +769,20 @@ fn responses_are_compressed_as_accept_encoding_asks() {
             }
             None => String::from_utf8(body).unwrap(),
         };
-        assert_eq!(normalize(&text), normalize(&plain), "{accept:?}");
+        assert_eq!(
+            normalize(&without_responses(&text)),
+            normalize(&without_responses(&plain)),
+            "{accept:?}"
+        );
+    }
+    // Every /metrics response so far is counted by its encoding: 1 + 4 identity, 5 gzip, 2
+    // zstd (this response is counted after it is sent).
+    let (_, _, counted) = get(None);
+    let counted = String::from_utf8(counted).unwrap();
+    for (encoding, n) in [("gzip", 5), ("zstd", 2), ("identity", 5)] {
+        let line =
+            format!("rdma_exporter_metrics_responses_total{{encoding=\"{encoding}\"}} {n}\n");
+        assert!(counted.contains(&line), "want {line:?} in\n{counted}");
     }
     // Nothing acceptable (identity refused too): 406, as RFC 9110 says.
     let (status, headers, _) = get(Some("identity;q=0"));
@@ -785,8 +807,8 @@ fn responses_are_compressed_as_accept_encoding_asks() {
     assert!(om.ends_with("# EOF\n"), "{om}");
     let (_, _, plain_om) = get_bytes(&address, "/metrics", &[("Accept", prometheus_accept)]);
     assert_eq!(
-        normalize(&om),
-        normalize(&String::from_utf8(plain_om).unwrap())
+        normalize(&without_responses(&om)),
+        normalize(&without_responses(&String::from_utf8(plain_om).unwrap()))
     );
 
     // Tiny responses are not worth it; the index page is.
@@ -820,6 +842,14 @@ fn disable_compression_sends_identity() {
         assert_eq!(content_encoding(&headers), None, "{how}: {headers}");
         let text = String::from_utf8(body).expect("plain text");
         assert!(text.contains("rdma_port_xmit_data_bytes_total{"), "{how}");
+        // The scrape after it shows that one response, identity.
+        let (_, _, body) = get_bytes(&address, "/metrics", &[("Accept-Encoding", "gzip")]);
+        let text = String::from_utf8(body).expect("plain text");
+        for (encoding, n) in [("gzip", 0), ("zstd", 0), ("identity", 1)] {
+            let line =
+                format!("rdma_exporter_metrics_responses_total{{encoding=\"{encoding}\"}} {n}\n");
+            assert!(text.contains(&line), "{how}: want {line:?} in\n{text}");
+        }
     }
 }
 
@@ -1085,9 +1115,10 @@ fn prometheus_scrapes_rdmad() {
         std::thread::sleep(Duration::from_millis(250));
     };
     assert_eq!(up, "1", "Prometheus could not scrape rdmad");
+    // Served, rdmad also exports its responses by encoding (gzip, zstd, identity): 3 more.
     assert_eq!(
         query(prom_port, "scrape_samples_scraped{job=\"rdmad\"}").as_deref(),
-        Some(samples.to_string().as_str()),
+        Some((samples + 3).to_string().as_str()),
         "Prometheus ingested a different number of samples than rdmad exposes"
     );
     let want = exposition
@@ -1112,6 +1143,35 @@ fn prometheus_scrapes_rdmad() {
         .as_deref(),
         Some("1")
     );
+    // Prometheus asks for gzip and gets it: its scrapes are counted as gzip (from the
+    // second scrape on, which shows the first), none as identity or zstd.
+    let gzip = loop {
+        let gzip = query(
+            prom_port,
+            "rdma_exporter_metrics_responses_total{encoding=\"gzip\"}",
+        );
+        if gzip.as_deref().is_some_and(|v| v != "0") || Instant::now() > deadline {
+            break gzip;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert!(
+        gzip.as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n >= 1),
+        "no gzip response counted while Prometheus scraped: {gzip:?}"
+    );
+    for other in ["identity", "zstd"] {
+        assert_eq!(
+            query(
+                prom_port,
+                &format!("rdma_exporter_metrics_responses_total{{encoding=\"{other}\"}}")
+            )
+            .as_deref(),
+            Some("0"),
+            "a scrape of Prometheus' was answered {other}"
+        );
+    }
     drop(_prometheus);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,9 @@
 //! rdmad against node_exporter's infiniband collector and against the floors, in one run.
 //!
 //! `cargo run --release -p rdma-bench --bin scrape_vs_node_exporter [DEVICES] [ROUNDS]`
-//! writes the synthetic tree (`gen-sysfs.py OUT --devices 64` by default), starts
+//! writes the synthetic tree (`gen-sysfs.py OUT --devices 64` by default);
+//! `scrape_vs_node_exporter --sysfs ROOT [ROUNDS]` uses the sysfs tree ROOT as it is instead
+//! (`/sys` in the Soft-RoCE lab: `bench/lab-scrape` runs it there on 3 rxe ports). It starts
 //! `target/release/rdmad` (or `$RDMAD_BIN`) and `prometheus-node-exporter` (or
 //! `$NODE_EXPORTER_BIN`; `--collector.disable-defaults --collector.infiniband --path.sysfs OUT`)
 //! on free 127.0.0.1 ports, and then, ROUNDS times (200 by default) in a rotating order:
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use rdma_bench::{
-    all_files, is_counter_file, median, plain_loop, synthetic_sysfs, time, KeptFiles,
+    device_files, is_counter_file, median, plain_loop, synthetic_sysfs, time, KeptFiles,
 };
 use rdmad::metrics::Kind;
 use rdmakit::model::{Counter, CounterSource};
@@ -245,15 +247,39 @@ const STEPS: [&str; 7] = [
 ];
 
 fn main() -> Result<()> {
-    let mut args = std::env::args().skip(1);
-    let devices: u32 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
+    let mut args = std::env::args().skip(1).peekable();
+    // `--sysfs ROOT`: an existing tree (kept); else DEVICES: a synthetic one (removed after).
+    let given = if args.peek().map(String::as_str) == Some("--sysfs") {
+        args.next();
+        Some(PathBuf::from(
+            args.next().context("--sysfs needs a directory")?,
+        ))
+    } else {
+        None
+    };
+    let devices: Option<u32> = match given {
+        Some(_) => None,
+        None => Some(args.next().map(|a| a.parse()).transpose()?.unwrap_or(64)),
+    };
     let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(200);
-    let root = synthetic_sysfs(devices)?;
+    ensure!(rounds > 0, "ROUNDS must be at least 1");
+    let root = match (&given, devices) {
+        (Some(root), _) => root.clone(),
+        (None, devices) => synthetic_sysfs(devices.unwrap_or(64))?,
+    };
+    ensure!(
+        root.join("class/infiniband").is_dir(),
+        "{} has no class/infiniband",
+        root.display()
+    );
     // The kept descriptors need more than the default soft RLIMIT_NOFILE (1024): raise it to
     // the hard limit, as rdmad does at start.
     drop(rdmad::collector::sysfs_open_files());
     let mut files = Vec::new();
-    all_files(&root.join("class/infiniband"), &mut files)?;
+    device_files(&root.join("class/infiniband"), &mut files)?;
+    // A real tree has attributes that cannot be opened for reading (write-only ones): left
+    // out of every loop, as no reader reads them.
+    files.retain(|p| std::fs::File::open(p).is_ok());
     files.sort();
     let counter_paths: Vec<PathBuf> = files
         .iter()
@@ -346,6 +372,7 @@ fn main() -> Result<()> {
         kept_all.read_all(&mut buf);
         plain_loop(&files, &mut buf);
     }
+    let load_start = load_average();
     let mut t: [Vec<Duration>; 7] = Default::default();
     for round in 0..rounds {
         for step in 0..STEPS.len() {
@@ -393,9 +420,19 @@ fn main() -> Result<()> {
 
     let p50: Vec<Duration> = t.iter().map(|v| median(v.clone())).collect();
     let p90: Vec<Duration> = t.iter().map(|v| percentile(v.clone(), 0.9)).collect();
+    let tree = match devices {
+        Some(n) => format!("synthetic, {n} devices"),
+        None => format!(
+            "{}, devices {}",
+            root.display(),
+            device_names(&root).join(" ")
+        ),
+    };
     println!(
-        "sysfs tree: {devices} devices, {} files, {counter_files} counter files; {rounds} interleaved rounds",
-        files.len()
+        "sysfs tree: {tree}, {} files, {counter_files} counter files; {rounds} interleaved rounds; load average {} (at start), {} (at end)",
+        files.len(),
+        load_start,
+        load_average(),
     );
     for (i, name) in STEPS.iter().enumerate() {
         println!(
@@ -445,6 +482,27 @@ fn main() -> Result<()> {
     );
     drop(rdmad);
     drop(node);
-    let _ = std::fs::remove_dir_all(&root);
+    if given.is_none() {
+        let _ = std::fs::remove_dir_all(&root);
+    }
     Ok(())
+}
+
+/// The first three fields of /proc/loadavg ("?" when unreadable).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// The device names of `ROOT/class/infiniband`, sorted.
+fn device_names(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root.join("class/infiniband"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }

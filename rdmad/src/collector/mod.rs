@@ -33,6 +33,7 @@ pub mod trace;
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -411,6 +412,7 @@ pub const SCRAPE_METRICS: &[Declared] = &[
     COLLECTOR_SUCCESS,
     COLLECTOR_TIMEOUT,
     EXPORTER_BUILD,
+    EXPORTER_RESPONSES,
 ];
 
 const COLLECTOR_DURATION: Declared = Declared::gauge(
@@ -429,6 +431,44 @@ const EXPORTER_BUILD: Declared = Declared::info(
     "rdma_exporter_build",
     "The version of rdmad that produced these metrics",
 );
+
+const EXPORTER_RESPONSES: Declared = Declared::counter(
+    "rdma_exporter_metrics_responses",
+    "Responses to /metrics requests since rdmad started, by the content encoding of their body (gzip, zstd, identity); the scrape showing it is not yet counted (absent with --once)",
+);
+
+/// `/metrics` responses by content encoding, counted by the server once each response's
+/// encoding is chosen and exported by the scrapes after it as
+/// `rdma_exporter_metrics_responses_total{encoding}` (see [`Collectors::with_responses`]).
+#[derive(Debug, Default)]
+pub struct ResponseCounts {
+    gzip: AtomicU64,
+    zstd: AtomicU64,
+    identity: AtomicU64,
+}
+
+impl ResponseCounts {
+    /// Count one response whose `Content-Encoding` is `encoding` (`None`: identity). An
+    /// encoding rdmad does not send is not counted.
+    pub fn record(&self, encoding: Option<&str>) {
+        let counter = match encoding {
+            None | Some("identity") => &self.identity,
+            Some("gzip") => &self.gzip,
+            Some("zstd") => &self.zstd,
+            Some(_) => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (encoding, responses so far), every encoding rdmad sends.
+    pub fn counts(&self) -> [(&'static str, u64); 3] {
+        [
+            ("gzip", self.gzip.load(Ordering::Relaxed)),
+            ("zstd", self.zstd.load(Ordering::Relaxed)),
+            ("identity", self.identity.load(Ordering::Relaxed)),
+        ]
+    }
+}
 
 /// Every collector rdmad has, in the order they run. `netlink_counters` comes before the
 /// sysfs collectors, which skip the port hw counters netlink already exported.
@@ -458,6 +498,8 @@ pub struct Collectors {
     enabled: Vec<(&'static str, Arc<dyn Collector>)>,
     /// `--scrape.timeout` (`None`: no deadline).
     timeout: Option<Duration>,
+    /// The server's `/metrics` responses (`None` with `--once`: there are none).
+    responses: Option<Arc<ResponseCounts>>,
 }
 
 /// What one collector's run gave.
@@ -473,7 +515,14 @@ impl Collectors {
                 .map(|s| (s.name, Arc::from((s.build)(config))))
                 .collect(),
             timeout: Some(DEFAULT_SCRAPE_TIMEOUT),
+            responses: None,
         }
+    }
+
+    /// Export `responses` with every scrape (the server counts into it).
+    pub fn with_responses(mut self, responses: Arc<ResponseCounts>) -> Collectors {
+        self.responses = Some(responses);
+        self
     }
 
     /// Set the scrape deadline (`None`: wait for every collector however long it takes).
@@ -598,6 +647,12 @@ impl Collectors {
             ],
             Value::Int(1),
         );
+        if let Some(responses) = &self.responses {
+            for (encoding, count) in responses.counts() {
+                let labels = vec![("encoding", encoding.to_string())];
+                let _ = all.add_declared(&EXPORTER_RESPONSES, labels, Value::Int(count));
+            }
+        }
         all
     }
 }
@@ -651,6 +706,7 @@ mod tests {
                 ("fine", Arc::new(Fine)),
             ],
             timeout: None,
+            responses: None,
         };
         let text = collectors.scrape().encode(Format::Text);
         assert!(text.contains("rdma_scrape_collector_success{collector=\"failing\"} 0\n"));
@@ -662,6 +718,38 @@ mod tests {
             "a failed collector's output is dropped"
         );
         assert!(text.contains("rdma_exporter_build_info{version=\""));
+    }
+
+    #[test]
+    fn responses_are_exported_by_encoding_when_serving_only() {
+        let fine = || Collectors {
+            enabled: vec![("fine", Arc::new(Fine) as Arc<dyn Collector>)],
+            timeout: None,
+            responses: None,
+        };
+        let once = fine().scrape().encode(Format::Text);
+        assert!(!once.contains("rdma_exporter_metrics_responses"), "{once}");
+        let counts = Arc::new(ResponseCounts::default());
+        let serving = fine().with_responses(Arc::clone(&counts));
+        let text = serving.scrape().encode(Format::Text);
+        for encoding in ["gzip", "zstd", "identity"] {
+            let line =
+                format!("rdma_exporter_metrics_responses_total{{encoding=\"{encoding}\"}} 0\n");
+            assert!(text.contains(&line), "{text}");
+        }
+        assert!(text.contains("# TYPE rdma_exporter_metrics_responses_total counter\n"));
+        counts.record(Some("gzip"));
+        counts.record(Some("gzip"));
+        counts.record(None);
+        counts.record(Some("identity"));
+        counts.record(Some("br"));
+        let text = serving.scrape().encode(Format::Text);
+        assert!(text.contains("rdma_exporter_metrics_responses_total{encoding=\"gzip\"} 2\n"));
+        assert!(text.contains("rdma_exporter_metrics_responses_total{encoding=\"zstd\"} 0\n"));
+        assert!(
+            text.contains("rdma_exporter_metrics_responses_total{encoding=\"identity\"} 2\n"),
+            "{text}"
+        );
     }
 
     /// A collector that blocks until the test releases it (the stall hook).
@@ -713,6 +801,7 @@ mod tests {
                 ("fine", Arc::new(Fine)),
             ],
             timeout: Some(Duration::from_secs(2)),
+            responses: None,
         };
         let text = collectors.scrape().encode(Format::Text);
         assert!(
