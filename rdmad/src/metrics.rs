@@ -571,21 +571,15 @@ fn encode_text_family(out: &mut String, numbers: &mut Numbers, name: &str, famil
     out.push('\n');
     for (labels, value) in family.samples() {
         match (family.kind, value) {
-            (Kind::Info, _) => {
-                write_series(out, name, suffix, labels);
-                out.push_str(" 1\n");
-            }
-            (Kind::Counter | Kind::Gauge, Value::Int(v)) => {
-                write_series(out, name, suffix, labels);
-                out.push(' ');
-                out.push_str(numbers.int(*v));
-                out.push('\n');
-            }
-            (Kind::Counter | Kind::Gauge, Value::Float(v)) => {
-                write_series(out, name, suffix, labels);
-                out.push(' ');
-                out.push_str(numbers.text_float(*v));
-                out.push('\n');
+            (Kind::Info, _) | (Kind::Counter | Kind::Gauge, Value::Int(_) | Value::Float(_)) => {
+                write_scalar(
+                    out,
+                    numbers,
+                    (name, suffix, labels),
+                    family.kind,
+                    value,
+                    Numbers::text_float,
+                )
             }
             (Kind::Histogram, Value::Histogram(h)) => {
                 let mut cumulative = 0u64;
@@ -632,6 +626,29 @@ fn encode_text_family(out: &mut String, numbers: &mut Numbers, name: &str, famil
     }
 }
 
+/// One info, counter or gauge sample: the series, then `1` for info, else the value with
+/// `float` formatting floats (the two formats differ only there).
+fn write_scalar(
+    out: &mut String,
+    numbers: &mut Numbers,
+    (name, suffix, labels): (&str, &str, &str),
+    kind: Kind,
+    value: &Value,
+    float: fn(&mut Numbers, f64) -> &str,
+) {
+    let value = match (kind, value) {
+        (Kind::Info, _) => "1",
+        (_, Value::Int(v)) => numbers.int(*v),
+        (_, Value::Float(v)) => float(numbers, *v),
+        // `add` refuses a histogram value outside a histogram family.
+        (_, Value::Histogram(_)) => return,
+    };
+    write_series(out, name, suffix, labels);
+    out.push(' ');
+    out.push_str(value);
+    out.push('\n');
+}
+
 /// One family in OpenMetrics 1.0.0: HELP and TYPE name the family (no `_total`), HELP as
 /// it is, `info` a type of its own, histograms `_sum`, `_count`, then buckets with `le`
 /// first.
@@ -657,21 +674,15 @@ fn encode_openmetrics_family(out: &mut String, numbers: &mut Numbers, name: &str
     };
     for (labels, value) in family.samples() {
         match (family.kind, value) {
-            (Kind::Info, _) => {
-                write_series(out, name, suffix, labels);
-                out.push_str(" 1\n");
-            }
-            (Kind::Counter | Kind::Gauge, Value::Int(v)) => {
-                write_series(out, name, suffix, labels);
-                out.push(' ');
-                out.push_str(numbers.int(*v));
-                out.push('\n');
-            }
-            (Kind::Counter | Kind::Gauge, Value::Float(v)) => {
-                write_series(out, name, suffix, labels);
-                out.push(' ');
-                out.push_str(numbers.float(*v));
-                out.push('\n');
+            (Kind::Info, _) | (Kind::Counter | Kind::Gauge, Value::Int(_) | Value::Float(_)) => {
+                write_scalar(
+                    out,
+                    numbers,
+                    (name, suffix, labels),
+                    family.kind,
+                    value,
+                    Numbers::float,
+                )
             }
             (Kind::Histogram, Value::Histogram(h)) => {
                 write_series(out, name, "_sum", labels);
