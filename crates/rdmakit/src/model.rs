@@ -255,6 +255,18 @@ impl Counter {
     pub fn new(name: impl Into<String>, source: CounterSource, value: u64) -> Counter {
         let name = name.into();
         let (kind, unit) = classify(&name, source);
+        Counter::described(name, source, value, kind, unit)
+    }
+
+    /// A counter of the given kind and unit (`bytes` follows the unit), without the file-name
+    /// guess of [`Counter::new`]: for a reader that knows them (from the catalog).
+    pub fn described(
+        name: String,
+        source: CounterSource,
+        value: u64,
+        kind: CounterKind,
+        unit: Unit,
+    ) -> Counter {
         Counter {
             name,
             source,

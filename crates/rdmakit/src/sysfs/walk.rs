@@ -671,7 +671,13 @@ impl<'r> Walk<'r> {
         self.path.push("lifespan");
         match read.map(|n| self.attr.filled(n)) {
             Ok(bytes) => match parse::parse_u64(bytes) {
-                Some(value) => out.push(counter("lifespan", source, value, kind, unit)),
+                Some(value) => out.push(Counter::described(
+                    "lifespan".to_owned(),
+                    source,
+                    value,
+                    kind,
+                    unit,
+                )),
                 None => {
                     let detail = parse::excerpt(parse::trim(bytes));
                     self.record(ctx, SourceErrorKind::Unparsable, detail);
@@ -775,7 +781,13 @@ impl<'r> Walk<'r> {
         let problem = match read.map(|n| self.attr.filled(n)) {
             Ok(bytes) => match parse::parse_u64(bytes) {
                 Some(value) => {
-                    out.push(counter(name, source, value, kind, unit));
+                    out.push(Counter::described(
+                        name.to_owned(),
+                        source,
+                        value,
+                        kind,
+                        unit,
+                    ));
                     return;
                 }
                 None => {
@@ -801,26 +813,6 @@ impl<'r> Walk<'r> {
             self.path.pop();
         }
     }
-}
-
-/// A counter of the given kind and unit (`bytes` follows the unit), without the file-name
-/// guess of [`Counter::new`]: the kind and unit come from the catalog (see [`Families`]).
-fn counter(
-    name: &str,
-    source: CounterSource,
-    value: u64,
-    kind: CounterKind,
-    unit: Unit,
-) -> Counter {
-    Counter {
-        name: name.to_owned(),
-        source,
-        value,
-        kind,
-        unit,
-        bytes: None,
-    }
-    .with_kind_and_unit(kind, unit)
 }
 
 /// A directory whose attributes are read by name: by its descriptor, or through what is
