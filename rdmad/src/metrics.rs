@@ -47,10 +47,16 @@ impl Kind {
     /// counter, `_info` to an info family, a histogram's base name (its series add
     /// `_bucket`, `_sum`, `_count`).
     pub fn exposed_name(self, family: &str) -> String {
+        format!("{family}{}", self.suffix())
+    }
+
+    /// What the exposition adds to a family's name on its series: `_total` for a counter,
+    /// `_info` for an info family, nothing for the others.
+    pub fn suffix(self) -> &'static str {
         match self {
-            Kind::Counter => format!("{family}_total"),
-            Kind::Info => format!("{family}_info"),
-            Kind::Gauge | Kind::Histogram => family.to_owned(),
+            Kind::Counter => "_total",
+            Kind::Info => "_info",
+            Kind::Gauge | Kind::Histogram => "",
         }
     }
 }
@@ -553,11 +559,7 @@ fn write_series(out: &mut String, name: &str, suffix: &str, labels: &str) {
 /// carry the exposed name (`_total`, `_info`), HELP escapes `\` and newlines, info is a
 /// gauge, histogram buckets put `le` last and end with `+Inf`.
 fn encode_text_family(out: &mut String, numbers: &mut Numbers, name: &str, family: &Family) {
-    let suffix = match family.kind {
-        Kind::Counter => "_total",
-        Kind::Info => "_info",
-        Kind::Gauge | Kind::Histogram => "",
-    };
+    let suffix = family.kind.suffix();
     out.push_str("# HELP ");
     out.push_str(name);
     out.push_str(suffix);
@@ -667,11 +669,7 @@ fn encode_openmetrics_family(out: &mut String, numbers: &mut Numbers, name: &str
         Kind::Histogram => "histogram",
     });
     out.push('\n');
-    let suffix = match family.kind {
-        Kind::Counter => "_total",
-        Kind::Info => "_info",
-        Kind::Gauge | Kind::Histogram => "",
-    };
+    let suffix = family.kind.suffix();
     for (labels, value) in family.samples() {
         match (family.kind, value) {
             (Kind::Info, _) | (Kind::Counter | Kind::Gauge, Value::Int(_) | Value::Float(_)) => {
