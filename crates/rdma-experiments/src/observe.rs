@@ -58,7 +58,7 @@ impl CounterProbe {
             .iter()
             .flat_map(|p| p.counters.iter())
             .chain(dev.hw_counters.iter())
-            .find(|c| c.name == "lifespan")
+            .find(|c| &*c.name == "lifespan")
             .map(|c| c.value)
         {
             self.lifespan = Duration::from_millis(ms.clamp(1, 1000));

@@ -10,6 +10,7 @@
 //! (a counter in 4-octet words stays in words; [`Counter::bytes`] carries the converted value).
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// One look at all RDMA devices of a host, plus what could not be read.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,7 +157,7 @@ impl Port {
     pub fn counter(&self, source: CounterSource, name: &str) -> Option<&Counter> {
         self.counters
             .iter()
-            .find(|c| c.source == source && c.name == name)
+            .find(|c| c.source == source && *c.name == *name)
     }
 }
 
@@ -233,8 +234,9 @@ pub enum Unit {
 /// One counter file and its value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counter {
-    /// File name, exactly as the kernel names it (`port_xmit_data`, `VL15_dropped`).
-    pub name: String,
+    /// File name, exactly as the kernel names it (`port_xmit_data`, `VL15_dropped`); shared,
+    /// so that a snapshot through kept descriptors allocates no name per counter.
+    pub name: Arc<str>,
     /// Which directory it came from.
     pub source: CounterSource,
     /// The raw value as printed by the kernel.
@@ -252,7 +254,7 @@ impl Counter {
     /// Build a counter from a file name and its raw value, guessing kind, unit and bytes
     /// from the name ([`classify`]). The sysfs reader then gives every counter the catalog
     /// describes the catalog's kind and unit ([`crate::catalog::Catalog::kind_and_unit`]).
-    pub fn new(name: impl Into<String>, source: CounterSource, value: u64) -> Counter {
+    pub fn new(name: impl Into<Arc<str>>, source: CounterSource, value: u64) -> Counter {
         let name = name.into();
         let (kind, unit) = classify(&name, source);
         Counter::described(name, source, value, kind, unit)
@@ -261,7 +263,7 @@ impl Counter {
     /// A counter of the given kind and unit (`bytes` follows the unit), without the file-name
     /// guess of [`Counter::new`]: for a reader that knows them (from the catalog).
     pub fn described(
-        name: String,
+        name: Arc<str>,
         source: CounterSource,
         value: u64,
         kind: CounterKind,

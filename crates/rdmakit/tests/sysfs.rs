@@ -104,7 +104,7 @@ fn rxe_is_what_the_lab_shows() {
         port.counters.iter().all(|c| c.source == CounterSource::Hw),
         "rxe has no counters/ (PMA) directory"
     );
-    let names: Vec<&str> = port.counters.iter().map(|c| c.name.as_str()).collect();
+    let names: Vec<&str> = port.counters.iter().map(|c| &*c.name).collect();
     assert_eq!(
         names,
         [
@@ -267,7 +267,7 @@ fn iwarp_no_pma_is_an_error_per_file_not_a_zero() {
         .hw_counters
         .iter()
         .all(|c| c.source == CounterSource::DeviceHw));
-    assert!(dev.hw_counters.iter().any(|c| c.name == "ip4RetransSegs"));
+    assert!(dev.hw_counters.iter().any(|c| &*c.name == "ip4RetransSegs"));
     assert_eq!(s.errors.len(), 16, "{:?}", s.errors);
     for err in &s.errors {
         assert_eq!(err.kind, SourceErrorKind::NotAvailable);
@@ -331,7 +331,7 @@ fn efa_device_and_port_hw_counters() {
         .hw_counters
         .iter()
         .all(|c| c.source == CounterSource::DeviceHw));
-    assert!(dev.hw_counters.iter().any(|c| c.name == "submitted_cmds"));
+    assert!(dev.hw_counters.iter().any(|c| &*c.name == "submitted_cmds"));
     let port = dev.port(1).expect("port");
     assert_eq!(port.counters.len(), 18);
     assert_eq!(port.link_layer.as_deref(), Some("Unknown"));
@@ -347,12 +347,12 @@ fn hfi1_device_level_counters() {
     let s = read("hfi1");
     assert!(s.errors.is_empty(), "{:?}", s.errors);
     let dev = s.device("hfi1_0").expect("hfi1_0");
-    let names: Vec<&str> = dev.hw_counters.iter().map(|c| c.name.as_str()).collect();
+    let names: Vec<&str> = dev.hw_counters.iter().map(|c| &*c.name).collect();
     assert!(names.contains(&"DcRecvErr"), "{names:?}");
     let lifespan = dev
         .hw_counters
         .iter()
-        .find(|c| c.name == "lifespan")
+        .find(|c| &*c.name == "lifespan")
         .expect("device lifespan");
     assert_eq!(lifespan.kind, CounterKind::Gauge);
     let port = dev.port(1).expect("port");
@@ -432,7 +432,7 @@ fn quirks_are_collected_with_context_and_never_fatal() {
         1,
         "the bad GID is skipped, the good one kept"
     );
-    let names: Vec<&str> = port.counters.iter().map(|c| c.name.as_str()).collect();
+    let names: Vec<&str> = port.counters.iter().map(|c| &*c.name).collect();
     assert_eq!(
         names,
         [

@@ -211,7 +211,7 @@ fn once(args: &Args, mut snapshot: Snapshot) -> anyhow::Result<ExitCode> {
                         r.device.to_owned(),
                         or_dash(r.port),
                         r.counter.source.as_str().to_owned(),
-                        r.counter.name.clone(),
+                        r.counter.name.to_string(),
                         r.counter.value.to_string(),
                         note(r.counter),
                     ]
@@ -262,7 +262,7 @@ fn key(row: &Row<'_>) -> Key {
         row.device.to_owned(),
         row.port,
         row.counter.source,
-        row.counter.name.clone(),
+        row.counter.name.to_string(),
     )
 }
 

@@ -156,7 +156,7 @@ fn host_values(catalog: &Catalog, snapshot: &Snapshot, info: &CounterInfo) -> Ve
     for dev in &snapshot.devices {
         let driver = dev.driver.as_deref();
         for port in &dev.ports {
-            for c in port.counters.iter().filter(|c| c.name == info.name) {
+            for c in port.counters.iter().filter(|c| *c.name == *info.name) {
                 if family_of(catalog, c.source, driver, &dev.name).as_deref()
                     == Some(info.driver.as_str())
                 {
@@ -164,7 +164,7 @@ fn host_values(catalog: &Catalog, snapshot: &Snapshot, info: &CounterInfo) -> Ve
                 }
             }
         }
-        for c in dev.hw_counters.iter().filter(|c| c.name == info.name) {
+        for c in dev.hw_counters.iter().filter(|c| *c.name == *info.name) {
             if family_of(catalog, c.source, driver, &dev.name).as_deref()
                 == Some(info.driver.as_str())
             {

@@ -92,7 +92,7 @@ impl Names {
         let known = self
             .by_key
             .get(&key)
-            .is_some_and(|files| files.contains_key(counter.name.as_str()));
+            .is_some_and(|files| files.contains_key(&*counter.name));
         if !known {
             // Devices and drivers come and go: the cache never grows without bound.
             if self.len >= MAX_NAMES {
@@ -107,12 +107,12 @@ impl Names {
             self.by_key
                 .entry(key)
                 .or_default()
-                .insert(counter.name.as_str().into(), named);
+                .insert((*counter.name).into(), named);
             self.len += 1;
         }
         self.by_key
             .get(&key)
-            .and_then(|files| files.get(counter.name.as_str()))
+            .and_then(|files| files.get(&*counter.name))
             .and_then(Option::as_ref)
     }
 }
@@ -148,7 +148,7 @@ impl Collector for SysfsCounters {
                     CounterSource::DeviceHw => 2,
                 }];
                 let Some(named) = names.get(family, counter) else {
-                    unexported.push((device.name.clone(), counter.name.clone()));
+                    unexported.push((device.name.clone(), counter.name.to_string()));
                     continue;
                 };
                 let value = names::counter_metric_value(counter);
@@ -174,7 +174,7 @@ impl Collector for SysfsCounters {
                 };
                 // Two files that map to one name: keep the first, count the second.
                 if result.is_err() {
-                    unexported.push((device.name.clone(), counter.name.clone()));
+                    unexported.push((device.name.clone(), counter.name.to_string()));
                 }
             }
         }

@@ -278,7 +278,7 @@ pub(crate) fn run(run: &mut Run<'_>) -> Result<(), ExpError> {
         .iter()
         .filter(|p| p.name == "send_recv" || p.name == "write_imm")
         .flat_map(|p| p.counters_moved.iter())
-        .filter(|c| c.name == "send_rnr_err")
+        .filter(|c| &*c.name == "send_rnr_err")
         .map(|c| c.delta)
         .sum();
     if rnr > 0 {

@@ -120,7 +120,7 @@ pub fn deltas(before: &Snapshot, after: &Snapshot, catalog: &Catalog) -> Vec<Cou
                 device: dev_after.name.clone(),
                 port,
                 source: ca.source,
-                name: ca.name.clone(),
+                name: ca.name.to_string(),
                 family,
                 before: cb.value,
                 after: ca.value,

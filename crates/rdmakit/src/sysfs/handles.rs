@@ -80,12 +80,12 @@ pub(crate) struct DeviceFiles {
     dirs: FxHashMap<String, DirFiles>,
 }
 
-/// Kind and unit of each listed file of a counter directory, for one source and catalog
-/// family.
+/// Name, kind and unit of each listed file of a counter directory, for one source and
+/// catalog family.
 type Kinds = (
     CounterSource,
     Option<&'static str>,
-    Vec<(CounterKind, Unit)>,
+    Vec<(Arc<str>, CounterKind, Unit)>,
 );
 
 /// What is kept of one directory.
@@ -427,7 +427,13 @@ impl DirFiles {
         let current = matches!(&self.kinds,
             Some((s, f, kinds)) if *s == source && *f == family && kinds.len() == names.len());
         if !current {
-            let kinds = names.iter().map(|name| describe(name)).collect();
+            let kinds = names
+                .iter()
+                .map(|name| {
+                    let (kind, unit) = describe(name);
+                    (Arc::from(name.as_str()), kind, unit)
+                })
+                .collect();
             self.kinds = Some((source, family, kinds));
         }
         let kinds = self
@@ -451,8 +457,9 @@ pub(crate) struct CounterParts<'a> {
     pub names: &'a [String],
     /// Descriptors of the listed files, `names[i]`'s in `slots[i]`.
     pub slots: &'a mut [Option<OwnedFd>],
-    /// Kind and unit of the listed files, `names[i]`'s in `kinds[i]`.
-    pub kinds: &'a [(CounterKind, Unit)],
+    /// Name (shared with every counter read from it, so a snapshot allocates no name), kind
+    /// and unit of the listed files, `names[i]`'s in `kinds[i]`.
+    pub kinds: &'a [(Arc<str>, CounterKind, Unit)],
 }
 
 /// Lock, ignoring poisoning: the maps stay consistent (a panic mid-update at worst leaves a

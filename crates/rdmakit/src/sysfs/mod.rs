@@ -445,7 +445,7 @@ mod tests {
             snap.devices[dev].ports[0]
                 .counters
                 .iter()
-                .find(|c| c.name == name)
+                .find(|c| *c.name == *name)
                 .map(|c| c.value)
         };
         let snap = reader.snapshot().unwrap();
@@ -623,7 +623,7 @@ mod tests {
             let values: Vec<(String, u64)> = snap.devices[0].ports[0]
                 .counters
                 .iter()
-                .map(|c| (c.name.clone(), c.value))
+                .map(|c| (c.name.to_string(), c.value))
                 .collect();
             assert_eq!(
                 values,
@@ -742,7 +742,7 @@ mod tests {
             snap.devices[d].ports[0]
                 .counters
                 .iter()
-                .map(|c| (c.source.as_str(), c.name.clone()))
+                .map(|c| (c.source.as_str(), c.name.to_string()))
                 .collect()
         };
         assert_eq!(

@@ -22,7 +22,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::MutexGuard;
+use std::sync::{Arc, MutexGuard};
 
 /// A path built by appending and removing whole components, kept as bytes: cheaper than
 /// `PathBuf::pop`, which re-parses components from the end on every call.
@@ -672,7 +672,7 @@ impl<'r> Walk<'r> {
         match read.map(|n| self.attr.filled(n)) {
             Ok(bytes) => match parse::parse_u64(bytes) {
                 Some(value) => out.push(Counter::described(
-                    "lifespan".to_owned(),
+                    Arc::from("lifespan"),
                     source,
                     value,
                     kind,
@@ -735,9 +735,10 @@ impl<'r> Walk<'r> {
                 });
                 out.reserve(parts.names.len());
                 let files = parts.names.iter().zip(parts.slots.iter_mut());
-                for ((name, slot), &(kind, unit)) in files.zip(parts.kinds) {
+                for ((name, slot), (shared, kind, unit)) in files.zip(parts.kinds) {
                     let read = read_in_slot(&mut self.attr, parts.dir, name, open_files, slot);
-                    self.counter_file(ctx, source, name, (kind, unit), read, out);
+                    let name = Named::Shared(shared);
+                    self.counter_file(ctx, source, name, (*kind, *unit), read, out);
                 }
             }
             _ => self.counters_unkept(ctx, source, out),
@@ -762,7 +763,7 @@ impl<'r> Walk<'r> {
         for name in &names {
             let read = read_in_dir(&mut self.attr, fd, name, None);
             let kind_and_unit = self.families.kind_and_unit(source, name);
-            self.counter_file(ctx, source, name, kind_and_unit, read, out);
+            self.counter_file(ctx, source, Named::Own(name), kind_and_unit, read, out);
         }
     }
 
@@ -773,7 +774,7 @@ impl<'r> Walk<'r> {
         &mut self,
         ctx: Ctx<'_>,
         source: CounterSource,
-        name: &str,
+        name: Named<'_>,
         (kind, unit): (CounterKind, Unit),
         read: Result<usize, ReadFailure>,
         out: &mut Vec<Counter>,
@@ -781,13 +782,11 @@ impl<'r> Walk<'r> {
         let problem = match read.map(|n| self.attr.filled(n)) {
             Ok(bytes) => match parse::parse_u64(bytes) {
                 Some(value) => {
-                    out.push(Counter::described(
-                        name.to_owned(),
-                        source,
-                        value,
-                        kind,
-                        unit,
-                    ));
+                    let name = match name {
+                        Named::Shared(name) => Arc::clone(name),
+                        Named::Own(name) => Arc::from(name.as_str()),
+                    };
+                    out.push(Counter::described(name, source, value, kind, unit));
                     return;
                 }
                 None => {
@@ -808,9 +807,25 @@ impl<'r> Walk<'r> {
             Err(ReadFailure::Os(err)) => Some((io_kind(&err), err.to_string())),
         };
         if let Some((kind, detail)) = problem {
-            self.path.push(name);
+            self.path.push(name.as_str());
             self.record(ctx, kind, detail);
             self.path.pop();
+        }
+    }
+}
+
+/// A counter file's name as [`Walk::counter_file`] gets it: shared with what is kept of its
+/// directory, or its own (a directory read without kept descriptors).
+enum Named<'a> {
+    Shared(&'a Arc<str>),
+    Own(&'a String),
+}
+
+impl Named<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Named::Shared(name) => name,
+            Named::Own(name) => name,
         }
     }
 }

@@ -383,12 +383,12 @@ impl TopState {
             .filter(|(_, c)| needle.is_empty() || c.name.to_lowercase().contains(&needle))
             .map(|(p, c)| CounterRow {
                 source: c.source,
-                name: c.name.clone(),
+                name: c.name.to_string(),
                 value: c.value,
                 kind: c.kind,
                 rate: self
                     .rates
-                    .get(&(key.device.clone(), p, c.source, c.name.clone()))
+                    .get(&(key.device.clone(), p, c.source, c.name.to_string()))
                     .cloned(),
             })
             .collect();
