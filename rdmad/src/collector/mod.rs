@@ -7,7 +7,7 @@
 //! `rdma_scrape_collector_success{collector}`. A collector that returns an error or panics
 //! contributes only those two series (success 0); the scrape itself always succeeds.
 //!
-//! Collectors of one scrape run concurrently, one thread each, until the scrape deadline
+//! Collectors of one scrape run concurrently, one thread each (kept between scrapes), until the scrape deadline
 //! (`--scrape.timeout`, see [`Collectors::scrape`]), and may pass facts to each other
 //! through [`Shared`]: which devices' port hw counters `netlink_counters` already exported
 //! (so that `sysfs_counters` does not read them again; the sysfs snapshot waits for it), the
@@ -500,6 +500,99 @@ pub struct Collectors {
     timeout: Option<Duration>,
     /// The server's `/metrics` responses (`None` with `--once`: there are none).
     responses: Option<Arc<ResponseCounts>>,
+    /// The threads the collectors run on.
+    workers: Workers,
+}
+
+/// Work for a [`Workers`] thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Threads that run collectors, kept between scrapes: starting eight threads a scrape and
+/// tearing them down again cost more than most collectors take. Each job goes to an idle
+/// thread, or to a new one when none is idle, so a collector stuck past the deadline (a
+/// hung driver) keeps its thread and delays no other: the same as a thread per collector
+/// per scrape. A thread idle for [`WORKER_IDLE_EXIT`], or beyond [`MAX_IDLE_WORKERS`] idle
+/// ones, ends; all end when the collectors are dropped.
+#[derive(Default)]
+struct Workers {
+    shared: Arc<(Mutex<WorkQueue>, Condvar)>,
+}
+
+#[derive(Default)]
+struct WorkQueue {
+    jobs: std::collections::VecDeque<Job>,
+    /// Threads waiting for a job, minus the jobs queued for them.
+    idle: usize,
+    closed: bool,
+}
+
+/// How long a collector thread waits for the next scrape before it ends.
+const WORKER_IDLE_EXIT: Duration = Duration::from_secs(120);
+
+/// At most this many collector threads wait between scrapes.
+const MAX_IDLE_WORKERS: usize = 32;
+
+impl Workers {
+    /// Run `job` on an idle thread, or on a new one.
+    fn run(&self, job: Job) -> std::io::Result<()> {
+        {
+            let (queue, wake) = &*self.shared;
+            let mut queue = lock(queue);
+            if queue.idle > 0 {
+                queue.idle -= 1;
+                queue.jobs.push_back(job);
+                wake.notify_one();
+                return Ok(());
+            }
+        }
+        let shared = Arc::clone(&self.shared);
+        std::thread::Builder::new()
+            .name("collector".into())
+            .spawn(move || Workers::serve(&shared, job))
+            .map(drop)
+    }
+
+    /// A thread's life: its first job, then what the queue gives it until it is idle too
+    /// long, too many are idle or the collectors are gone.
+    fn serve(shared: &(Mutex<WorkQueue>, Condvar), first: Job) {
+        let (queue, wake) = shared;
+        let mut job = first;
+        loop {
+            // Jobs catch their own panics (see `Collectors::scrape`).
+            job();
+            let mut guard = lock(queue);
+            if guard.closed || guard.idle >= MAX_IDLE_WORKERS {
+                return;
+            }
+            guard.idle += 1;
+            let (mut guard, _) = wake
+                .wait_timeout_while(guard, WORKER_IDLE_EXIT, |q| q.jobs.is_empty() && !q.closed)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match guard.jobs.pop_front() {
+                // Its `idle` share was taken by the caller that queued it.
+                Some(next) => job = next,
+                None => {
+                    guard.idle -= 1;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Lock, ignoring poisoning: jobs catch their panics, and the queue stays consistent.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        let (queue, wake) = &*self.shared;
+        lock(queue).closed = true;
+        wake.notify_all();
+    }
 }
 
 /// What one collector's run gave.
@@ -516,6 +609,7 @@ impl Collectors {
                 .collect(),
             timeout: Some(DEFAULT_SCRAPE_TIMEOUT),
             responses: None,
+            workers: Workers::default(),
         }
     }
 
@@ -538,7 +632,8 @@ impl Collectors {
 
     /// Run every enabled collector once and return all metrics, including the scrape's own.
     ///
-    /// The collectors run concurrently, one thread each, and the scrape waits for them until
+    /// The collectors run concurrently, one thread each (kept between scrapes, see
+    /// [`Workers`]), and the scrape waits for them until
     /// the deadline (`--scrape.timeout`). A collector still running then is left behind: it
     /// contributes nothing, with `rdma_scrape_collector_timeout` 1 and success 0; the others'
     /// series are all there. Collectors that watch the deadline themselves
@@ -571,10 +666,7 @@ impl Collectors {
                 }
                 let _ = tx.send((i, outcome, start.elapsed().as_secs_f64()));
             };
-            let spawned = std::thread::Builder::new()
-                .name(format!("collector-{name}"))
-                .spawn(run);
-            if let Err(e) = spawned {
+            if let Err(e) = self.workers.run(Box::new(run)) {
                 tracing::warn!(collector = name, "cannot start a collector thread: {e}");
             }
         }
@@ -707,6 +799,7 @@ mod tests {
             ],
             timeout: None,
             responses: None,
+            workers: Workers::default(),
         };
         let text = collectors.scrape().encode(Format::Text);
         assert!(text.contains("rdma_scrape_collector_success{collector=\"failing\"} 0\n"));
@@ -726,6 +819,7 @@ mod tests {
             enabled: vec![("fine", Arc::new(Fine) as Arc<dyn Collector>)],
             timeout: None,
             responses: None,
+            workers: Workers::default(),
         };
         let once = fine().scrape().encode(Format::Text);
         assert!(!once.contains("rdma_exporter_metrics_responses"), "{once}");
@@ -802,6 +896,7 @@ mod tests {
             ],
             timeout: Some(Duration::from_secs(2)),
             responses: None,
+            workers: Workers::default(),
         };
         let text = collectors.scrape().encode(Format::Text);
         assert!(
@@ -819,6 +914,62 @@ mod tests {
         assert!(text.contains("rdma_fine 2\n"));
         assert!(text.contains("rdma_exporter_build_info{"));
         drop(release);
+    }
+
+    #[test]
+    fn collector_threads_are_kept_and_a_stuck_one_delays_no_other() {
+        let workers = Workers::default();
+        let (tx, ran_on) = mpsc::channel();
+        let report = |tx: &mpsc::Sender<std::thread::ThreadId>| -> Job {
+            let tx = tx.clone();
+            Box::new(move || {
+                let _ = tx.send(std::thread::current().id());
+            })
+        };
+        let idle_threads = |n: usize| {
+            let until = Instant::now() + Duration::from_secs(30);
+            while lock(&workers.shared.0).idle != n {
+                assert!(Instant::now() < until, "never {n} idle threads");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        let wait = Duration::from_secs(30);
+        workers.run(report(&tx)).unwrap();
+        let first = ran_on.recv_timeout(wait).unwrap();
+        idle_threads(1);
+        workers.run(report(&tx)).unwrap();
+        assert_eq!(
+            ran_on.recv_timeout(wait).unwrap(),
+            first,
+            "the idle thread ran it"
+        );
+        idle_threads(1);
+        // A job that does not return keeps its thread; the next one gets a new thread.
+        let (release, stuck) = mpsc::channel::<()>();
+        workers
+            .run(Box::new(move || {
+                let _ = stuck.recv();
+            }))
+            .unwrap();
+        idle_threads(0);
+        workers.run(report(&tx)).unwrap();
+        let second = ran_on.recv_timeout(wait).unwrap();
+        assert_ne!(second, first);
+        drop(release);
+        // Both threads are idle again: two jobs at once run on them (either may take both),
+        // no third is started.
+        idle_threads(2);
+        workers.run(report(&tx)).unwrap();
+        workers.run(report(&tx)).unwrap();
+        let ran = [
+            ran_on.recv_timeout(wait).unwrap(),
+            ran_on.recv_timeout(wait).unwrap(),
+        ];
+        assert!(
+            ran.iter().all(|id| [first, second].contains(id)),
+            "{ran:?} not on {first:?} or {second:?}"
+        );
+        idle_threads(2);
     }
 
     #[test]
