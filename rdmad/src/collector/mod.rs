@@ -7,15 +7,15 @@
 //! `rdma_scrape_collector_success{collector}`. A collector that returns an error or panics
 //! contributes only those two series (success 0); the scrape itself always succeeds.
 //!
-//! Collectors of one scrape run concurrently, one thread each (kept between scrapes), until the scrape deadline
-//! (`--scrape.timeout`, see [`Collectors::scrape`]), and may pass facts to each other
-//! through [`Shared`]: which devices' port hw counters `netlink_counters` already exported
-//! (so that `sysfs_counters` does not read them again; the sysfs snapshot waits for it), the
-//! one sysfs snapshot of the scrape, read once for `sysfs_info` and `sysfs_counters`
-//! together, the device names of the sysfs tree, and the scrape's one RDMA netlink socket
-//! (lent to one collector at a time, its receives bounded by the deadline) with its one
-//! device dump ([`Shared::netlink`]). A collector that needs nothing from the others
-//! implements only [`Collector::update`]. To add a collector: write `src/collector/<name>.rs` with a `SPEC`,
+//! Collectors of one scrape run concurrently, one thread each (kept between scrapes), until the
+//! scrape deadline (`--scrape.timeout`, see [`Collectors::scrape`]), and may pass facts to each
+//! other through [`Shared`]: which devices' port hw counters `netlink_counters` already
+//! exported (so that `sysfs_counters` does not read them again; the sysfs snapshot waits for
+//! it), the one sysfs snapshot of the scrape, read once for `sysfs_info` and `sysfs_counters`
+//! together, the device names of the sysfs tree, and the scrape's one RDMA netlink socket (lent
+//! to one collector at a time, its receives bounded by the deadline) with its one device dump
+//! ([`Shared::netlink`]). A collector that needs nothing from the others implements only
+//! [`Collector::update`]. To add a collector: write `src/collector/<name>.rs` with a `SPEC`,
 //! add `pub mod <name>;` and its `SPEC` to [`TABLE`]; flags, env, config key and the `/` page
 //! follow.
 
@@ -633,13 +633,12 @@ impl Collectors {
     /// Run every enabled collector once and return all metrics, including the scrape's own.
     ///
     /// The collectors run concurrently, one thread each (kept between scrapes, see
-    /// [`Workers`]), and the scrape waits for them until
-    /// the deadline (`--scrape.timeout`). A collector still running then is left behind: it
-    /// contributes nothing, with `rdma_scrape_collector_timeout` 1 and success 0; the others'
-    /// series are all there. Collectors that watch the deadline themselves
-    /// ([`Shared::past_deadline`]) stop early, keep what they have and say so
-    /// ([`Shared::mark_timed_out`]). Output is merged in table order whatever the order of
-    /// finishing.
+    /// `Workers`), and the scrape waits for them until the deadline (`--scrape.timeout`). A
+    /// collector still running then is left behind: it contributes nothing, with
+    /// `rdma_scrape_collector_timeout` 1 and success 0; the others' series are all there.
+    /// Collectors that watch the deadline themselves ([`Shared::past_deadline`]) stop early,
+    /// keep what they have and say so ([`Shared::mark_timed_out`]). Output is merged in table
+    /// order whatever the order of finishing.
     pub fn scrape(&self) -> MetricSet {
         let start = Instant::now();
         let deadline = self.timeout.map(|t| start + t);
