@@ -737,8 +737,7 @@ impl<'r> Walk<'r> {
                 let files = parts.names.iter().zip(parts.slots.iter_mut());
                 for ((name, slot), (shared, kind, unit)) in files.zip(parts.kinds) {
                     let read = read_in_slot(&mut self.attr, parts.dir, name, open_files, slot);
-                    let name = Named::Shared(shared);
-                    self.counter_file(ctx, source, name, (*kind, *unit), read, out);
+                    self.counter_file(ctx, source, shared, (*kind, *unit), read, out);
                 }
             }
             _ => self.counters_unkept(ctx, source, out),
@@ -760,10 +759,10 @@ impl<'r> Walk<'r> {
         // Sorted before reading, so counters and errors come out in a stable order.
         names.sort_unstable();
         out.reserve(names.len());
-        for name in &names {
-            let read = read_in_dir(&mut self.attr, fd, name, None);
-            let kind_and_unit = self.families.kind_and_unit(source, name);
-            self.counter_file(ctx, source, Named::Own(name), kind_and_unit, read, out);
+        for name in names {
+            let read = read_in_dir(&mut self.attr, fd, &name, None);
+            let kind_and_unit = self.families.kind_and_unit(source, &name);
+            self.counter_file(ctx, source, &Arc::from(name), kind_and_unit, read, out);
         }
     }
 
@@ -774,7 +773,7 @@ impl<'r> Walk<'r> {
         &mut self,
         ctx: Ctx<'_>,
         source: CounterSource,
-        name: Named<'_>,
+        name: &Arc<str>,
         (kind, unit): (CounterKind, Unit),
         read: Result<usize, ReadFailure>,
         out: &mut Vec<Counter>,
@@ -782,10 +781,7 @@ impl<'r> Walk<'r> {
         let problem = match read.map(|n| self.attr.filled(n)) {
             Ok(bytes) => match parse::parse_u64(bytes) {
                 Some(value) => {
-                    let name = match name {
-                        Named::Shared(name) => Arc::clone(name),
-                        Named::Own(name) => Arc::from(name.as_str()),
-                    };
+                    let name = Arc::clone(name);
                     out.push(Counter::described(name, source, value, kind, unit));
                     return;
                 }
@@ -807,25 +803,9 @@ impl<'r> Walk<'r> {
             Err(ReadFailure::Os(err)) => Some((io_kind(&err), err.to_string())),
         };
         if let Some((kind, detail)) = problem {
-            self.path.push(name.as_str());
+            self.path.push(name);
             self.record(ctx, kind, detail);
             self.path.pop();
-        }
-    }
-}
-
-/// A counter file's name as [`Walk::counter_file`] gets it: shared with what is kept of its
-/// directory, or its own (a directory read without kept descriptors).
-enum Named<'a> {
-    Shared(&'a Arc<str>),
-    Own(&'a String),
-}
-
-impl Named<'_> {
-    fn as_str(&self) -> &str {
-        match self {
-            Named::Shared(name) => name,
-            Named::Own(name) => name,
         }
     }
 }
