@@ -61,6 +61,17 @@ pub struct Flags {
         value_name = "BOOL"
     )]
     pub disable_compression: bool,
+    /// The gzip level of compressed responses: 1 (fastest) to 12 (smallest), libdeflate's
+    /// levels. On the 64-device benchmark tree 6 gives 10.8% of plain in about 2 ms, 11 about
+    /// 9.9% in about 95 ms per scrape.
+    #[arg(
+        long = "web.gzip-level",
+        env = "RDMAD_WEB_GZIP_LEVEL",
+        default_value_t = crate::encoding::DEFAULT_GZIP_LEVEL,
+        value_parser = clap::value_parser!(u8).range(1..=12),
+        value_name = "LEVEL"
+    )]
+    pub gzip_level: u8,
     /// Where sysfs is mounted (devices are under PATH/class/infiniband).
     #[arg(
         long = "path.sysfs",
@@ -310,6 +321,8 @@ pub struct Settings {
     pub web_config_file: Option<PathBuf>,
     /// `--web.disable-compression`.
     pub disable_compression: bool,
+    /// `--web.gzip-level`.
+    pub gzip_level: u8,
     /// `--path.sysfs`.
     pub sysfs: PathBuf,
     /// `--path.procfs`.
@@ -443,6 +456,11 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
         file.disable_compression
             .unwrap_or(flags.disable_compression)
     };
+    let gzip_level = if explicit(matches, "gzip_level") {
+        flags.gzip_level
+    } else {
+        file.gzip_level.unwrap_or(flags.gzip_level)
+    };
     let sysfs = if explicit(matches, "sysfs") {
         flags.sysfs.clone()
     } else {
@@ -496,6 +514,7 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
         max_requests,
         web_config_file,
         disable_compression,
+        gzip_level,
         sysfs,
         procfs: flags.procfs.clone(),
         scrape_timeout: (flags.scrape_timeout_ms > 0)
@@ -939,6 +958,33 @@ mod tests {
         assert!(settings(&["--config", f]).disable_compression);
         assert!(
             !settings(&["--config", f, "--web.disable-compression=false"]).disable_compression,
+            "the flag wins"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn gzip_level_from_flag_or_config_file() {
+        assert_eq!(
+            settings(&[]).gzip_level,
+            crate::encoding::DEFAULT_GZIP_LEVEL
+        );
+        assert_eq!(settings(&["--web.gzip-level", "11"]).gzip_level, 11);
+        for bad in ["0", "13", "fast"] {
+            assert!(
+                parse_from(["rdmad", "--web.gzip-level", bad]).is_err(),
+                "--web.gzip-level {bad}"
+            );
+        }
+        let dir = std::env::temp_dir().join(format!("rdmad-cli-level-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rdmad.toml");
+        std::fs::write(&file, "[web]\ngzip-level = 2\n").unwrap();
+        let f = file.to_str().unwrap();
+        assert_eq!(settings(&["--config", f]).gzip_level, 2);
+        assert_eq!(
+            settings(&["--config", f, "--web.gzip-level=9"]).gzip_level,
+            9,
             "the flag wins"
         );
         std::fs::remove_dir_all(&dir).unwrap();

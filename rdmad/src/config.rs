@@ -34,6 +34,8 @@ pub struct FileConfig {
     pub web_config_file: Option<PathBuf>,
     /// `web.disable-compression`.
     pub disable_compression: Option<bool>,
+    /// `web.gzip-level`.
+    pub gzip_level: Option<u8>,
     /// `path.sysfs`.
     pub sysfs: Option<PathBuf>,
     /// `path.ethtool-capture`.
@@ -111,6 +113,7 @@ pub fn known_keys() -> Vec<String> {
         "web.max-requests",
         "web.config.file",
         "web.disable-compression",
+        "web.gzip-level",
         "path.sysfs",
         "path.ethtool-capture",
         "collector.device-include",
@@ -159,6 +162,24 @@ pub fn parse(text: &str) -> Result<FileConfig> {
                 }
                 ("web", "disable-compression") => {
                     config.disable_compression = Some(boolean(&full, value)?)
+                }
+                ("web", "gzip-level") => {
+                    let n = value
+                        .as_integer()
+                        .ok_or_else(|| anyhow!("`{full}` must be an integer"))?;
+                    let levels = crate::encoding::GZIP_LEVELS;
+                    config.gzip_level = Some(
+                        u8::try_from(n)
+                            .ok()
+                            .filter(|n| levels.contains(n))
+                            .ok_or_else(|| {
+                                anyhow!(
+                                    "`{full}` must be {} to {}, not {n}",
+                                    levels.start(),
+                                    levels.end()
+                                )
+                            })?,
+                    );
                 }
                 ("web", "config") => {
                     // `--web.config.file`: the flag's name has one more dot than the others.
@@ -313,6 +334,7 @@ mod tests {
 listen-address = "127.0.0.1:9999"
 max-requests = 3
 disable-compression = true
+gzip-level = 9
 [path]
 sysfs = "/host/sys"
 [collector]
@@ -326,6 +348,7 @@ sysfs_info = true
         assert_eq!(c.listen_address.as_deref(), Some("127.0.0.1:9999"));
         assert_eq!(c.max_requests, Some(3));
         assert_eq!(c.disable_compression, Some(true));
+        assert_eq!(c.gzip_level, Some(9));
         assert_eq!(c.sysfs, Some(PathBuf::from("/host/sys")));
         assert_eq!(c.device_include.as_deref(), Some("mlx5_.*"));
         assert_eq!(c.device_exclude.as_deref(), Some("mlx5_1"));
@@ -449,6 +472,12 @@ peer-histograms = false
         );
         let err = parse("[web]\nmax-requests = 0\n").unwrap_err().to_string();
         assert!(err.contains("at least 1"), "{err}");
+        for bad in ["0", "13", "-1", "\"6\""] {
+            let err = parse(&format!("[web]\ngzip-level = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("`web.gzip-level` must be"), "{bad}: {err}");
+        }
         assert!(parse("[web\n").unwrap_err().to_string().contains("TOML"));
     }
 }

@@ -15,6 +15,7 @@ pub mod build_info;
 pub mod cli;
 pub mod collector;
 pub mod config;
+pub mod encoding;
 pub mod help;
 pub mod inventory;
 pub mod metrics;

@@ -11,13 +11,14 @@
 //! between scrapes). SIGINT and SIGTERM stop the server cleanly.
 //!
 //! Responses are compressed when the request's `Accept-Encoding` asks for it (zstd or gzip,
-//! q-values honoured, identity otherwise, `Vary: Accept-Encoding` on every compressible
-//! response; tower-http's compression layer): the exposition is encoded once and streamed
-//! through the encoder, never held twice. Prometheus always sends `Accept-Encoding: gzip`, and
-//! the 64-device exposition shrinks to about a ninth of its size. [`COMPRESSION_LEVEL`] is 4:
-//! on the 64-device tree (`cargo run --release -p rdma-bench --bin compression_levels`) gzip
-//! level 1 gives 13.6% of plain, 4 gives 11.6% for 3x its CPU (about 1 ms), and 9 still 11.5%
-//! for 34x: the rest is the counter values' digits and the line structure deflate codes
+//! q-values honoured, identity otherwise, `406 Not Acceptable` when even identity is refused,
+//! `Vary: Accept-Encoding` on every compressible response; [`crate::encoding`]). The
+//! exposition is compressed whole on the scrape's blocking thread, after its collection slot
+//! is given back, and its plain copy dropped. Prometheus always sends `Accept-Encoding: gzip`;
+//! gzip is libdeflate at `--web.gzip-level` (6 by default): on the 64-device tree
+//! (`cargo run --release -p rdma-bench --bin compression_levels`) 6 gives 10.8% of plain in
+//! about 2 ms, and only the near-optimal parsing of 10 to 12 gets to 10% or under, for 25 to
+//! 70 times the CPU: the rest is the counter values' digits and the line structure deflate codes
 //! per line. `--web.disable-compression` turns it off. Each response is logged at
 //! debug level (target `rdmad::http`) with its path, status, encoding and user agent, and
 //! each `/metrics` response is counted by encoding in
@@ -36,7 +37,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use rdmakit::nldev::{Event, EventKind, Monitor, NldevError};
@@ -46,15 +47,12 @@ use tokio::sync::Semaphore;
 /// At most this many scrapes collect at the same time (fewer on hosts with fewer CPUs).
 pub const MAX_COLLECTING: usize = 4;
 
-/// The compression level of responses (see the module doc).
-pub const COMPRESSION_LEVEL: tower_http::CompressionLevel =
-    tower_http::CompressionLevel::Precise(4);
-
 /// How often the device monitor compares device dumps (kernels without notifications).
 pub const MONITOR_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 use crate::cli::Settings;
 use crate::collector::{CollectorConfig, Collectors, ResponseCounts, TABLE};
+use crate::encoding::{Coding, NotAcceptable};
 use crate::metrics::{negotiate, Format};
 use crate::webconfig::WebConfig;
 
@@ -66,6 +64,11 @@ pub struct Exporter {
     filter: DeviceFilter,
     /// `/metrics` responses by encoding, counted by [`log_response`], exported by the scrapes.
     responses: Arc<ResponseCounts>,
+    /// The codings responses may be sent in besides identity (none with
+    /// `--web.disable-compression`), best first.
+    codings: &'static [Coding],
+    /// `--web.gzip-level`.
+    gzip_level: u8,
     /// The probe engine, running while the exporter lives (`--probe.enable`).
     _probe_engine: crate::collector::probes::Engine,
 }
@@ -107,6 +110,12 @@ impl Exporter {
             _probe_engine: probe_engine,
             collectors,
             responses,
+            codings: if settings.disable_compression {
+                &[]
+            } else {
+                &[Coding::Zstd, Coding::Gzip]
+            },
+            gzip_level: settings.gzip_level,
             permits: Arc::new(Semaphore::new(settings.max_requests)),
             collecting: Arc::new(Semaphore::new(
                 std::thread::available_parallelism()
@@ -248,7 +257,7 @@ pub async fn bind(address: &str) -> Result<tokio::net::TcpListener> {
 }
 
 async fn serve(settings: Settings, exporter: Arc<Exporter>, web: Option<WebConfig>) -> Result<()> {
-    let app = router(exporter, !settings.disable_compression);
+    let app = router(exporter);
     let listener = bind(&settings.listen_address).await?;
     let local = listener.local_addr().context("reading the bound address")?;
     let Some(web) = web else {
@@ -367,25 +376,15 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-/// The routes, for `serve` and tests; with `compress`, responses are compressed as the
-/// request's `Accept-Encoding` asks (see the module doc).
-pub fn router(exporter: Arc<Exporter>, compress: bool) -> Router {
-    let router = Router::new()
+/// The routes, for `serve` and tests. `/metrics` and `/` are compressed as the request's
+/// `Accept-Encoding` asks (see the module doc); `/healthz` is too small to be worth it.
+pub fn router(exporter: Arc<Exporter>) -> Router {
+    Router::new()
         .route("/", get(index))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
-        .with_state(Arc::clone(&exporter));
-    let router = if compress {
-        router.layer(
-            tower_http::compression::CompressionLayer::new()
-                .gzip(true)
-                .zstd(true)
-                .quality(COMPRESSION_LEVEL),
-        )
-    } else {
-        router
-    };
-    router.layer(axum::middleware::from_fn_with_state(exporter, log_response))
+        .with_state(Arc::clone(&exporter))
+        .layer(axum::middleware::from_fn_with_state(exporter, log_response))
 }
 
 /// Count each `/metrics` response by the encoding sent (`rdma_exporter_metrics_responses_total`)
@@ -434,7 +433,50 @@ fn content_encoding(response: &Response) -> Option<&str> {
         .and_then(|v| v.to_str().ok())
 }
 
+impl Exporter {
+    /// The coding to answer a request with, from its `Accept-Encoding`.
+    fn coding(&self, headers: &HeaderMap) -> Result<Coding, NotAcceptable> {
+        let accept = headers
+            .get(header::ACCEPT_ENCODING)
+            .and_then(|v| v.to_str().ok());
+        crate::encoding::negotiate(accept, self.codings)
+    }
+}
+
+/// The `406` for a request refusing every coding.
+fn not_acceptable(e: NotAcceptable) -> Response {
+    (
+        StatusCode::NOT_ACCEPTABLE,
+        [(header::VARY, "accept-encoding")],
+        format!("{e}\n"),
+    )
+        .into_response()
+}
+
+/// A compressible response: `body` in `coding`, with its content type and `Vary`.
+fn encoded(content_type: &'static str, coding: Coding, body: Vec<u8>) -> Response {
+    let mut response = (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::VARY, "accept-encoding"),
+        ],
+        body,
+    )
+        .into_response();
+    if let Some(name) = coding.header() {
+        response.headers_mut().insert(
+            header::CONTENT_ENCODING,
+            header::HeaderValue::from_static(name),
+        );
+    }
+    response
+}
+
 async fn metrics(State(exporter): State<Arc<Exporter>>, headers: HeaderMap) -> Response {
+    let coding = match exporter.coding(&headers) {
+        Ok(coding) => coding,
+        Err(e) => return not_acceptable(e),
+    };
     let Ok(permit) = Arc::clone(&exporter.permits).try_acquire_owned() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -449,14 +491,18 @@ async fn metrics(State(exporter): State<Arc<Exporter>>, headers: HeaderMap) -> R
     };
     let worker = Arc::clone(&exporter);
     let result = tokio::task::spawn_blocking(move || {
-        // Both permits are held for the whole blocking scrape.
+        // The request permit is held for the whole blocking scrape, the collection slot only
+        // while collecting: compressing is not reading sysfs.
         let _permit = permit;
-        let _slot = slot;
-        worker.render(format)
+        let text = {
+            let _slot = slot;
+            worker.render(format)
+        };
+        crate::encoding::compress(coding, worker.gzip_level, text.into_bytes())
     })
     .await;
     match result {
-        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
+        Ok(body) => encoded(format.content_type(), coding, body),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("scrape failed: {e}\n"),
@@ -465,7 +511,11 @@ async fn metrics(State(exporter): State<Arc<Exporter>>, headers: HeaderMap) -> R
     }
 }
 
-async fn index(State(exporter): State<Arc<Exporter>>) -> Html<String> {
+async fn index(State(exporter): State<Arc<Exporter>>, headers: HeaderMap) -> Response {
+    let coding = match exporter.coding(&headers) {
+        Ok(coding) => coding,
+        Err(e) => return not_acceptable(e),
+    };
     let enabled = exporter.collectors.names();
     let mut rows = String::new();
     for spec in TABLE {
@@ -479,14 +529,16 @@ async fn index(State(exporter): State<Arc<Exporter>>) -> Html<String> {
             spec.name, spec.help
         ));
     }
-    Html(format!(
+    let page = format!(
         "<!DOCTYPE html><html><head><title>rdmad</title></head><body>\
          <h1>rdmad {}</h1><p>RDMA exporter.</p>\
          <ul><li><a href=\"/metrics\">/metrics</a></li><li><a href=\"/healthz\">/healthz</a></li></ul>\
          <h2>Collectors</h2><table><tr><th>name</th><th>state</th><th>what</th></tr>{rows}</table>\
          </body></html>\n",
         env!("CARGO_PKG_VERSION")
-    ))
+    );
+    let body = crate::encoding::compress(coding, exporter.gzip_level, page.into_bytes());
+    encoded("text/html; charset=utf-8", coding, body)
 }
 
 #[cfg(test)]
@@ -542,6 +594,7 @@ mod tests {
             max_requests: 1,
             web_config_file: None,
             disable_compression: false,
+            gzip_level: crate::encoding::DEFAULT_GZIP_LEVEL,
             sysfs: "/nonexistent".into(),
             procfs: "/proc".into(),
             scrape_timeout: None,

@@ -735,7 +735,7 @@ fn responses_are_compressed_as_accept_encoding_asks() {
     );
 
     // (Accept-Encoding, the encoding chosen): q-values decide, unknown codings are ignored,
-    // identity is the fallback.
+    // identity is the fallback (the cases of rdmad::encoding's unit test, end to end).
     for (accept, want) in [
         ("gzip", Some("gzip")),
         ("x-gzip", Some("gzip")),
@@ -747,6 +747,8 @@ fn responses_are_compressed_as_accept_encoding_asks() {
         ("br, deflate", None),
         ("gzip;q=0", None),
         ("identity", None),
+        ("identity, gzip;q=0.5", None),
+        ("*;q=0.5, zstd;q=0", Some("gzip")),
         ("", None),
     ] {
         let (status, headers, body) = get(Some(accept));
@@ -758,7 +760,12 @@ fn responses_are_compressed_as_accept_encoding_asks() {
         );
         let text = match want {
             Some(encoding) => {
-                assert!(!headers.contains("content-length"), "{headers}");
+                // Compressed whole, so its length is known and sent.
+                let length = format!("content-length: {}", body.len());
+                assert!(
+                    headers.contains(&length),
+                    "{accept:?}: want {length:?} in {headers}"
+                );
                 assert!(
                     body.len() * 4 < plain.len(),
                     "{accept:?}: {} compressed bytes for {} plain",
@@ -775,11 +782,11 @@ fn responses_are_compressed_as_accept_encoding_asks() {
             "{accept:?}"
         );
     }
-    // Every /metrics response so far is counted by its encoding: 1 + 4 identity, 5 gzip, 2
+    // Every /metrics response so far is counted by its encoding: 1 + 5 identity, 6 gzip, 2
     // zstd (this response is counted after it is sent).
     let (_, _, counted) = get(None);
     let counted = String::from_utf8(counted).unwrap();
-    for (encoding, n) in [("gzip", 5), ("zstd", 2), ("identity", 5)] {
+    for (encoding, n) in [("gzip", 6), ("zstd", 2), ("identity", 6)] {
         let line =
             format!("rdma_exporter_metrics_responses_total{{encoding=\"{encoding}\"}} {n}\n");
         assert!(counted.contains(&line), "want {line:?} in\n{counted}");
@@ -818,6 +825,39 @@ fn responses_are_compressed_as_accept_encoding_asks() {
     let (_, headers, body) = get_bytes(&address, "/", &[("Accept-Encoding", "gzip")]);
     assert_eq!(content_encoding(&headers), Some("gzip"));
     assert!(decode("gzip", &body).contains("href=\"/metrics\""));
+}
+
+#[test]
+fn gzip_level_trades_cpu_for_bytes() {
+    let root = workspace().join("tests/fixtures/sysfs/mlx5-roce");
+    let mut bodies = Vec::new();
+    for level in ["1", "12"] {
+        let (child, address) = spawn_listening(
+            rdmad()
+                .arg("--web.listen-address=127.0.0.1:0")
+                .arg("--path.sysfs")
+                .arg(&root)
+                .args(SYSFS_ONLY)
+                .env("RDMAD_WEB_GZIP_LEVEL", level),
+        );
+        let _server = KillOnDrop(child);
+        let (status, headers, body) =
+            get_bytes(&address, "/metrics", &[("Accept-Encoding", "gzip")]);
+        assert!(status.contains("200"), "level {level}: {status}");
+        assert_eq!(content_encoding(&headers), Some("gzip"), "level {level}");
+        bodies.push(body);
+    }
+    let (fast, small) = (&bodies[0], &bodies[1]);
+    assert!(
+        small.len() < fast.len(),
+        "level 12 sent {} bytes, level 1 {}",
+        small.len(),
+        fast.len()
+    );
+    assert_eq!(
+        normalize(&decode("gzip", small)),
+        normalize(&decode("gzip", fast))
+    );
 }
 
 #[test]
