@@ -15,11 +15,9 @@
 //! `Vary: Accept-Encoding` on every compressible response; [`crate::encoding`]). The
 //! exposition is compressed whole on the scrape's blocking thread, after its collection slot
 //! is given back, and its plain copy dropped. Prometheus always sends `Accept-Encoding: gzip`;
-//! gzip is libdeflate at `--web.gzip-level` (6 by default): on the 64-device tree
-//! (`cargo run --release -p rdma-bench --bin compression_levels`) 6 gives 10.8% of plain in
-//! about 2 ms, and only the near-optimal parsing of 10 to 12 gets to 10% or under, for 25 to
-//! 70 times the CPU: the rest is the counter values' digits and the line structure deflate codes
-//! per line. `--web.disable-compression` turns it off. Each response is logged at
+//! gzip is libdeflate at `--web.gzip-level` (6 by default; its bytes and CPU per level are in
+//! [`crate::encoding`] and the `compression_levels` bench), and
+//! `--web.disable-compression` turns it off. Each response is logged at
 //! debug level (target `rdmad::http`) with its path, status, encoding and user agent, and
 //! each `/metrics` response is counted by encoding in
 //! `rdma_exporter_metrics_responses_total{encoding}` (shown by the scrapes after it), so the
