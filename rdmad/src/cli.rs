@@ -278,8 +278,9 @@ pub struct Flags {
     /// --probe.peers-file].
     #[arg(long = "probe.rack", env = "RDMAD_PROBE_RACK", value_name = "RACK")]
     pub probe_rack: Option<String>,
-    /// Export a latency histogram per peer (false: only the perftest summary of the last
-    /// run, runs and failures per peer, for large meshes) [default: true].
+    /// Export a latency histogram, every summary stat, runs and failures per peer (false: the
+    /// 6 default series per peer: sent, lost by direction, typical and p99, status)
+    /// [default: false].
     #[arg(
         long = "probe.peer-histograms",
         env = "RDMAD_PROBE_PEER_HISTOGRAMS",
@@ -747,7 +748,7 @@ mod tests {
     fn probe_discovery_flags() {
         let s = settings(&[]);
         assert_eq!(s.probe.mesh_max, 64);
-        assert!(s.probe.peer_histograms);
+        assert!(!s.probe.peer_histograms);
         let s = settings(&[
             "--probe.enable",
             "--probe.peers-dns",
@@ -758,7 +759,7 @@ mod tests {
             "16",
             "--probe.rack",
             "r1",
-            "--probe.peer-histograms=false",
+            "--probe.peer-histograms",
             "--probe.secret-file",
             "/s",
         ]);
@@ -769,7 +770,7 @@ mod tests {
         );
         assert_eq!(s.probe.mesh_max, 16);
         assert_eq!(s.probe.rack.as_deref(), Some("r1"));
-        assert!(!s.probe.peer_histograms);
+        assert!(s.probe.peer_histograms);
         match parse_from(["rdmad", "--probe.enable", "--probe.peers-dns", "rdmad.lab"]) {
             Err(ParseFailure::Invalid(e)) => {
                 assert!(

@@ -90,6 +90,8 @@ fn table_bytes(n: usize) -> anyhow::Result<usize> {
             runs_total: 1,
             sent_total: 100,
             lost_total: 0,
+            lost_request_total: 0,
+            lost_reply_total: 0,
             failures_total: BTreeMap::new(),
             up: true,
             last_error: None,
@@ -105,6 +107,7 @@ fn table_bytes(n: usize) -> anyhow::Result<usize> {
             backoff_seconds: 1.0,
             labels: std::sync::Arc::clone(&p.labels),
             planned: false,
+            status: None,
         })
         .collect();
     let after = dhat::HeapStats::get().curr_bytes;

@@ -1,18 +1,40 @@
-//! The probe engine: runs every configured probe on an interval in its own thread and
+//! The probe engine: runs every configured probe on an interval in its own threads and
 //! publishes the results through a [`ProbeHandle`] that rdmad reads on scrape.
 //!
-//! Each round runs, per device port, the loopback operations (one thread per QP), every
-//! `mr_every` rounds the MR registration timings, then one run per peer. Results go into one
-//! [`ProbeSnapshot`] under a mutex: histograms (cumulative, for Prometheus), the last run's
-//! perftest summary, success and failure counts (failures by WC status name), handshake
-//! refusals by reason, and the CPU time all engine threads used. A failed probe's QPs and
-//! MRs are dropped and rebuilt; a failed peer is retried with exponential backoff.
+//! Two loops, each on its own thread and each on the interval: the loopback loop (per device
+//! port the loopback operations, one thread per QP, and every `mr_every` rounds the MR
+//! registration timings) and the peer loop. Peers never delay the loopback probes.
+//!
+//! The peer loop never waits on a dead peer. A round starts a run on every planned peer
+//! that is connected (UD: handed to the device's one UD endpoint, which runs up to
+//! [`crate::ud::MAX_ACTIVE_JOBS`] peers at once, one request outstanding each; RC: a thread
+//! per run, at most [`MAX_RC_RUNS`]) and a connect (TCP connect and handshake, a thread each,
+//! at most [`MAX_CONNECTS`] at once, peers whose last connect timed out last and on at most
+//! [`MAX_SILENT_CONNECTS`] of them) for every planned peer
+//! without a connection whose backoff is over; a peer connected during the round is run at
+//! once. Every run ends by the round's end (`min(run_timeout, interval)` after its start),
+//! so a round takes its interval whatever the number of silent or slow peers: a silent
+//! peer's connect spans rounds in its own thread while the others are probed. The loop
+//! polls for finished connects and runs every [`PEER_TICK`]. Threads of the engine: the
+//! two loops, at most `MAX_CONNECTS + MAX_RC_RUNS` helpers, one per UD endpoint (device),
+//! the loopback probes' per-QP threads while they run, and the listener's (bounded by
+//! [`crate::peer::MAX_HANDSHAKES`] and [`crate::peer::MAX_CLIENTS`]).
+//!
+//! Results go into one [`ProbeSnapshot`] under a mutex: histograms (cumulative, for
+//! Prometheus), the last run's perftest summary, success and failure counts (failures by WC
+//! status name), handshake refusals by reason, the CPU time all engine threads used, the
+//! last peer round's duration and the rounds that took longer than the interval. A failed
+//! probe's QPs and MRs are dropped and rebuilt; a failed peer is retried with exponential
+//! backoff. Each peer carries a verdict ([`PeerStatus`]): ok, or the layer that failed
+//! (`agent`: TCP refused or the handshake failed; `host`: the TCP connect timed out; `rdma`:
+//! the probes themselves failed or went unanswered).
 //!
 //! Peers are probed over [`PeerTransport::Ud`] (default: UD echo on one UD QP per local
 //! device, whatever the number of peers) or [`PeerTransport::Rc`] (one-sided READ or WRITE on
 //! an RC QP pair per peer). Both publish the same per-peer results: latency samples (round
-//! trips), runs, failures, and requests sent and lost (UD: a request without its reply within
-//! `reply_timeout`; RC: the request a failed run stopped at).
+//! trips), runs, failures, and requests sent and lost by direction (UD: a request without
+//! its reply within `reply_timeout`, split by the reply's `received` count, see
+//! [`crate::ud`]; RC: the request a failed run stopped at, counted as request loss).
 //!
 //! The peers are discovered again every round ([`crate::discovery`]: static, DNS, file):
 //! new peers are added, gone ones dropped with their results (their series vanish), and the
@@ -23,6 +45,7 @@
 use crate::clock::{Clock, ClockInfo};
 use crate::cpu::CpuMeter;
 use crate::discovery::{Discovery, DiscoveryConfig, DiscoveryStats};
+use crate::failure::FailureKind;
 use crate::failure::ProbeFailure;
 use crate::handshake::Secret;
 use crate::loopback::{LoopbackProbe, RunParams};
@@ -30,16 +53,16 @@ use crate::mrreg::{time_registrations, DEFAULT_MR_SIZES};
 use crate::peer::{PeerConn, PeerServer, ServerStats, UdPeerConn};
 use crate::pinglist::{Pinglist, DEFAULT_MESH_MAX};
 use crate::snapshot::{
-    Histogram, PeerState, PeerTransport, ProbeOp, ProbeSnapshot, RegistrationResult, TargetResult,
-    UdEndpointState, LATENCY_BUCKETS, REGISTRATION_BUCKETS,
+    Histogram, PeerState, PeerStatus, PeerTransport, ProbeOp, ProbeSnapshot, RegistrationResult,
+    TargetResult, UdEndpointState, LATENCY_BUCKETS, REGISTRATION_BUCKETS,
 };
 use crate::stats::LatencySummary;
-use crate::ud::{DropReason, UdEndpoints, UdRun};
+use crate::ud::{DropReason, UdEndpoints};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -174,7 +197,14 @@ struct State {
 #[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
+    /// Peer rounds.
     rounds: AtomicU64,
+    loopback_rounds: AtomicU64,
+    /// Whether peers are configured (rounds_total counts peer rounds then).
+    has_peers: bool,
+    /// The last peer round's duration (u64::MAX: none yet).
+    round_duration_ns: AtomicU64,
+    rounds_late: AtomicU64,
     cpu_ns: Arc<AtomicU64>,
     server: Arc<ServerStats>,
     ud: Arc<UdEndpoints>,
@@ -213,9 +243,17 @@ impl ProbeHandle {
             })
             .collect();
         ud_endpoints.sort_by(|a, b| a.device.cmp(&b.device));
+        let duration = s.round_duration_ns.load(Ordering::Relaxed);
         ProbeSnapshot {
             clock: st.clock,
-            rounds_total: s.rounds.load(Ordering::Relaxed),
+            rounds_total: if s.has_peers {
+                s.rounds.load(Ordering::Relaxed)
+            } else {
+                s.loopback_rounds.load(Ordering::Relaxed)
+            },
+            round_duration_seconds: (s.has_peers && duration != u64::MAX)
+                .then(|| duration as f64 / 1e9),
+            rounds_late_total: s.rounds_late.load(Ordering::Relaxed),
             cpu_seconds_total: cpu_ns as f64 / 1e9,
             uptime_seconds: s.started.elapsed().as_secs_f64(),
             targets: st.targets.clone(),
@@ -246,7 +284,8 @@ struct Key<'a> {
 struct Outcome {
     result: Result<Vec<f64>, ProbeFailure>,
     sent: u64,
-    lost: u64,
+    lost_request: u64,
+    lost_reply: u64,
 }
 
 impl From<Result<Vec<f64>, ProbeFailure>> for Outcome {
@@ -254,14 +293,20 @@ impl From<Result<Vec<f64>, ProbeFailure>> for Outcome {
         Outcome {
             result,
             sent: 0,
-            lost: 0,
+            lost_request: 0,
+            lost_reply: 0,
         }
     }
 }
 
 impl Shared {
     fn record(&self, k: Key<'_>, outcome: impl Into<Outcome>) {
-        let Outcome { result, sent, lost } = outcome.into();
+        let Outcome {
+            result,
+            sent,
+            lost_request,
+            lost_reply,
+        } = outcome.into();
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let pos = st.targets.iter().position(|t| {
             t.kind == k.kind
@@ -286,6 +331,8 @@ impl Shared {
                     runs_total: 0,
                     sent_total: 0,
                     lost_total: 0,
+                    lost_request_total: 0,
+                    lost_reply_total: 0,
                     failures_total: BTreeMap::new(),
                     up: false,
                     last_error: None,
@@ -298,7 +345,9 @@ impl Shared {
             t.port = k.port;
         }
         t.sent_total += sent;
-        t.lost_total += lost;
+        t.lost_total += lost_request + lost_reply;
+        t.lost_request_total += lost_request;
+        t.lost_reply_total += lost_reply;
         match result {
             Ok(mut samples) => {
                 for ns in &samples {
@@ -318,6 +367,25 @@ impl Shared {
                 t.up = false;
                 t.last_error = Some(f.to_string());
             }
+        }
+    }
+
+    /// Wait until `until` or until stopped; true when stopped.
+    fn sleep_until(&self, until: Instant) -> bool {
+        let mut stop = self.stop.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if *stop {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return false;
+            }
+            stop = self
+                .wake
+                .wait_timeout(stop, until - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 
@@ -357,7 +425,7 @@ impl Shared {
 #[derive(Debug)]
 pub struct ProbeEngine {
     shared: Arc<Shared>,
-    main: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
     server: Option<PeerServer>,
 }
 
@@ -376,11 +444,11 @@ impl ProbeEngine {
         }
         if config.transport == PeerTransport::Ud
             && config.has_peers()
-            && config.size < crate::ud::UD_HEADER
+            && config.size < crate::ud::UD_HEADER_V2
         {
             return Err(EngineError::Config(format!(
-                "UD peer probes carry at least {} bytes (header and tag), not {}",
-                crate::ud::UD_HEADER,
+                "UD peer probes carry at least {} bytes (header, count and tag), not {}",
+                crate::ud::UD_HEADER_V2,
                 config.size
             )));
         }
@@ -406,6 +474,10 @@ impl ProbeEngine {
                 own_peers: Vec::new(),
             }),
             rounds: AtomicU64::new(0),
+            loopback_rounds: AtomicU64::new(0),
+            has_peers: config.has_peers(),
+            round_duration_ns: AtomicU64::new(u64::MAX),
+            rounds_late: AtomicU64::new(0),
             cpu_ns: Arc::new(AtomicU64::new(0)),
             server: Arc::new(ServerStats::default()),
             ud: Arc::new(UdEndpoints::default()),
@@ -439,16 +511,27 @@ impl ProbeEngine {
             listen,
             own_labels: config.own_labels.clone(),
         };
-        let s2 = Arc::clone(&shared);
-        let main = std::thread::Builder::new()
-            .name("rdma-probe".into())
-            .spawn(move || main_loop(&s2, &config, discovery))
-            .map_err(EngineError::Spawn)?;
-        Ok(ProbeEngine {
+        let mut engine = ProbeEngine {
             shared,
-            main: Some(main),
+            threads: Vec::new(),
             server,
-        })
+        };
+        let config = Arc::new(config);
+        if config.loopback {
+            let (s2, c2) = (Arc::clone(&engine.shared), Arc::clone(&config));
+            let t = std::thread::Builder::new()
+                .name("rdma-probe-loop".into())
+                .spawn(move || loopback_loop(&s2, &c2))
+                .map_err(EngineError::Spawn)?;
+            engine.threads.push(t);
+        }
+        let s2 = Arc::clone(&engine.shared);
+        let t = std::thread::Builder::new()
+            .name("rdma-probe".into())
+            .spawn(move || peer_loop(&s2, &config, discovery))
+            .map_err(EngineError::Spawn)?;
+        engine.threads.push(t);
+        Ok(engine)
     }
 
     /// The read handle.
@@ -469,7 +552,7 @@ impl ProbeEngine {
     fn shutdown(&mut self) {
         *self.shared.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
         self.shared.wake.notify_all();
-        if let Some(t) = self.main.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
         self.server = None;
@@ -545,6 +628,15 @@ struct PeerLink {
     next_attempt: Instant,
     connects: u64,
     labels: crate::discovery::Labels,
+    /// Failures in a row (connects are tried the least failed first).
+    fails: u32,
+    /// The connect in progress.
+    connecting: Option<mpsc::Receiver<Connected>>,
+    /// The run in progress.
+    running: Option<Running>,
+    /// Picked by the planner for the current round.
+    planned: bool,
+    status: Option<PeerStatus>,
 }
 
 impl PeerLink {
@@ -556,6 +648,11 @@ impl PeerLink {
             next_attempt: Instant::now(),
             connects: 0,
             labels: crate::discovery::Labels::default(),
+            fails: 0,
+            connecting: None,
+            running: None,
+            planned: false,
+            status: None,
         }
     }
 }
@@ -627,31 +724,47 @@ impl PeerLink {
     fn failed(&mut self, now: Instant, max: Duration) {
         self.next_attempt = now + self.backoff;
         self.backoff = (self.backoff * 2).min(max);
+        self.fails = self.fails.saturating_add(1);
     }
 }
 
-fn main_loop(shared: &Shared, cfg: &EngineConfig, discovery: DiscoveryConfig) {
-    let mut discovery = (cfg.has_peers()).then(|| Discovery::new(discovery));
+/// Connects (TCP connect and handshake, each in its own short-lived thread) in progress at
+/// once: a silent peer holds one for up to [`crate::peer::HANDSHAKE_TIMEOUT`] twice (connect,
+/// then handshake), so 2,000 silent peers cost at most this many threads, never one each.
+pub const MAX_CONNECTS: usize = 32;
+/// Of them, connects to peers whose last connect timed out (`host`: the expensive ones, a
+/// slot held for seconds) take at most this many; the others stay free for peers that
+/// answer, so a healthy peer that reconnects never queues behind silent ones.
+pub const MAX_SILENT_CONNECTS: usize = 24;
+/// RC peer runs in progress at once (each blocks a thread on its QP; UD runs need no thread:
+/// the device's one UD endpoint runs up to [`crate::ud::MAX_ACTIVE_JOBS`] at once).
+pub const MAX_RC_RUNS: usize = 16;
+/// How often the peer thread looks for finished connects and runs within a round.
+const PEER_TICK: Duration = Duration::from_millis(2);
+
+/// The layer a failure points at (see [`PeerStatus`]).
+fn layer(kind: FailureKind) -> PeerStatus {
+    match kind {
+        FailureKind::Connect | FailureKind::Handshake | FailureKind::PeerClosed => {
+            PeerStatus::Agent
+        }
+        FailureKind::HostUnreachable => PeerStatus::Host,
+        _ => PeerStatus::Rdma,
+    }
+}
+
+/// The loopback probes and MR registration timings, on their own thread and interval: never
+/// late because of peers.
+fn loopback_loop(shared: &Shared, cfg: &EngineConfig) {
     let mut meter = CpuMeter::start();
     let clock = Clock::calibrate();
-    shared.state.lock().unwrap_or_else(|p| p.into_inner()).clock = Some(clock.info());
-    let mut probes: Vec<LoopbackProbe> = if cfg.loopback {
-        active_ports(&cfg.devices)
-            .into_iter()
-            .map(|(d, p)| {
-                LoopbackProbe::new(&d, p, cfg.gid_index, cfg.size)
-                    .with_cpu_sink(Arc::clone(&shared.cpu_ns))
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let mut mesh = Mesh {
-        links: BTreeMap::new(),
-        own_by_gid: BTreeSet::new(),
-        plan: None,
-        own_id: String::new(),
-    };
+    let mut probes: Vec<LoopbackProbe> = active_ports(&cfg.devices)
+        .into_iter()
+        .map(|(d, p)| {
+            LoopbackProbe::new(&d, p, cfg.gid_index, cfg.size)
+                .with_cpu_sink(Arc::clone(&shared.cpu_ns))
+        })
+        .collect();
     let params = RunParams {
         size: cfg.size,
         warmup: cfg.warmup,
@@ -699,6 +812,290 @@ fn main_loop(shared: &Shared, cfg: &EngineConfig, discovery: DiscoveryConfig) {
                 }
             }
         }
+        round += 1;
+        shared.loopback_rounds.fetch_add(1, Ordering::Relaxed);
+        meter.flush(&shared.cpu_ns);
+        if shared.sleep_until(start + cfg.interval) {
+            return;
+        }
+    }
+}
+
+/// What a connect thread hands back.
+type Connected = Result<Conn, ProbeFailure>;
+
+/// An RC run in its thread: the connection goes there and comes back with the result.
+type RcDone = (Box<PeerConn>, Result<Vec<f64>, ProbeFailure>);
+
+/// A run in progress.
+enum Running {
+    Ud(crate::ud::PendingRun),
+    Rc(mpsc::Receiver<RcDone>),
+}
+
+/// A thread slot of a bounded kind (connects, RC runs): freed when the thread ends.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(Arc::clone(count)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn peer_key<'a>(cfg: &EngineConfig, device: &'a str, peer: &'a str) -> Key<'a> {
+    Key {
+        kind: "peer",
+        device,
+        port: 1,
+        peer: Some(peer),
+        op: match cfg.transport {
+            PeerTransport::Ud => ProbeOp::Send,
+            PeerTransport::Rc => cfg.peer_op,
+        },
+        transport: cfg.transport,
+        size: cfg.size,
+    }
+}
+
+/// The peer thread's bounded helpers and what it needs to start runs.
+struct Peers<'a> {
+    shared: &'a Shared,
+    cfg: &'a EngineConfig,
+    clock: Clock,
+    connects: Arc<AtomicUsize>,
+    rc_runs: Arc<AtomicUsize>,
+}
+
+impl Peers<'_> {
+    /// Start a connect to `link` in its own thread, if a connect slot is free.
+    fn start_connect(&self, link: &mut PeerLink) -> bool {
+        let Some(slot) = Slot::take(&self.connects, MAX_CONNECTS) else {
+            return false;
+        };
+        let cfg = self.cfg;
+        let secret = cfg.secret.clone().expect("checked at start");
+        let (addr, device, gid, size, transport) = (
+            link.addr.clone(),
+            cfg.peer_device.clone(),
+            cfg.gid_index,
+            cfg.size,
+            cfg.transport,
+        );
+        let ud = Arc::clone(&self.shared.ud);
+        let (tx, rx) = mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("rdma-probe-connect".into())
+            .spawn(move || {
+                let _slot = slot;
+                let device = device.as_deref();
+                let made: Connected = match transport {
+                    PeerTransport::Rc => PeerConn::connect(&addr, &secret, device, gid, size)
+                        .map(|c| Conn::Rc(Box::new(c))),
+                    PeerTransport::Ud => {
+                        UdPeerConn::connect(&addr, &secret, device, gid, size, &ud).map(Conn::Ud)
+                    }
+                };
+                let _ = tx.send(made);
+            });
+        match spawned {
+            Ok(_) => {
+                link.connecting = Some(rx);
+                true
+            }
+            Err(e) => {
+                tracing::warn!("no thread for a peer connect: {e}");
+                false
+            }
+        }
+    }
+
+    /// Start a run on `link`'s connection, ending by `deadline`; false when none could start
+    /// (no connection, or no RC run slot free).
+    fn start_run(&self, link: &mut PeerLink, deadline: Instant) -> bool {
+        let cfg = self.cfg;
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        match link.conn.take() {
+            None => false,
+            Some(Conn::Ud(c)) => {
+                let pending = c.start_run(
+                    cfg.warmup,
+                    cfg.iterations,
+                    &self.clock,
+                    cfg.reply_timeout,
+                    deadline,
+                );
+                link.conn = Some(Conn::Ud(c));
+                link.running = Some(Running::Ud(pending));
+                true
+            }
+            Some(Conn::Rc(c)) => {
+                let Some(slot) = Slot::take(&self.rc_runs, MAX_RC_RUNS) else {
+                    link.conn = Some(Conn::Rc(c));
+                    return false;
+                };
+                let (tx, rx) = mpsc::channel();
+                let (op, warmup, iterations, clock) =
+                    (cfg.peer_op, cfg.warmup, cfg.iterations, self.clock);
+                // The connection goes into the thread; if no thread can start, it is dropped
+                // with the closure and the peer reconnects later.
+                let spawned = std::thread::Builder::new()
+                    .name("rdma-probe-rc-run".into())
+                    .spawn(move || {
+                        let _slot = slot;
+                        let r = c.run(op, warmup, iterations, &clock, timeout);
+                        let _ = tx.send((c, r));
+                    });
+                match spawned {
+                    Ok(_) => {
+                        link.running = Some(Running::Rc(rx));
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!("no thread for an RC peer run: {e}");
+                        false
+                    }
+                }
+            }
+        }
+    }
+
+    /// A finished connect: keep the connection, or record why it failed.
+    fn connected(&self, link: &mut PeerLink, made: Connected) -> Round {
+        match made {
+            Ok(c) if c.is_self() => Round::Own,
+            Ok(c) => {
+                link.conn = Some(c);
+                link.connects += 1;
+                Round::Done
+            }
+            Err(f) => {
+                link.status = Some(layer(f.kind));
+                self.shared
+                    .record(peer_key(self.cfg, "", &link.addr), Err(f));
+                link.failed(Instant::now(), self.cfg.backoff_max);
+                Round::Done
+            }
+        }
+    }
+
+    /// A finished run: record it; a failed one drops the connection and backs off.
+    fn ran(&self, link: &mut PeerLink, outcome: Outcome, device: &str) {
+        let failure = outcome.result.as_ref().err().map(|f| f.kind);
+        self.shared
+            .record(peer_key(self.cfg, device, &link.addr), outcome);
+        match failure {
+            None => {
+                link.status = Some(PeerStatus::Ok);
+                link.backoff = self.cfg.backoff_min;
+                link.fails = 0;
+            }
+            Some(kind) => {
+                link.status = Some(layer(kind));
+                link.conn = None;
+                link.failed(Instant::now(), self.cfg.backoff_max);
+            }
+        }
+    }
+
+    /// Collect `link`'s finished run, if any; true when one was collected.
+    fn collect_run(&self, link: &mut PeerLink) -> bool {
+        let Some(running) = link.running.as_mut() else {
+            return false;
+        };
+        let (outcome, device) = match running {
+            Running::Ud(p) => {
+                let Some(r) = p.try_take() else {
+                    return false;
+                };
+                let device = link
+                    .conn
+                    .as_ref()
+                    .map(|c| c.device().to_string())
+                    .unwrap_or_default();
+                (
+                    Outcome {
+                        sent: r.sent,
+                        lost_request: r.lost_request,
+                        lost_reply: r.lost_reply,
+                        result: match r.failure {
+                            Some(f) => Err(f),
+                            None => Ok(r.samples_ns),
+                        },
+                    },
+                    device,
+                )
+            }
+            Running::Rc(rx) => match rx.try_recv() {
+                Err(mpsc::TryRecvError::Empty) => return false,
+                Err(mpsc::TryRecvError::Disconnected) => (
+                    Outcome::from(Err(ProbeFailure::new(
+                        FailureKind::Setup,
+                        "the RC run's thread ended without a result",
+                    ))),
+                    String::new(),
+                ),
+                Ok((c, r)) => {
+                    let device = c.device().to_string();
+                    // A run stops at its first failed request: that one is lost.
+                    let (sent, lost) = if r.is_ok() {
+                        (self.cfg.iterations, 0)
+                    } else {
+                        (1, 1)
+                    };
+                    link.conn = Some(Conn::Rc(c));
+                    (
+                        Outcome {
+                            result: r,
+                            sent,
+                            lost_request: lost,
+                            lost_reply: 0,
+                        },
+                        device,
+                    )
+                }
+            },
+        };
+        link.running = None;
+        self.ran(link, outcome, &device);
+        true
+    }
+}
+
+fn peer_loop(shared: &Shared, cfg: &EngineConfig, discovery: DiscoveryConfig) {
+    let mut discovery = (cfg.has_peers()).then(|| Discovery::new(discovery));
+    let mut meter = CpuMeter::start();
+    let clock = Clock::calibrate();
+    shared.state.lock().unwrap_or_else(|p| p.into_inner()).clock = Some(clock.info());
+    let peers = Peers {
+        shared,
+        cfg,
+        clock,
+        connects: Arc::new(AtomicUsize::new(0)),
+        rc_runs: Arc::new(AtomicUsize::new(0)),
+    };
+    let mut mesh = Mesh {
+        links: BTreeMap::new(),
+        own_by_gid: BTreeSet::new(),
+        plan: None,
+        own_id: String::new(),
+    };
+    let mut round: u64 = 0;
+    loop {
+        let start = Instant::now();
+        let next = start + cfg.interval;
+        // Every run of the round ends by the next round's start.
+        let run_deadline = start + cfg.run_timeout.min(cfg.interval);
         let mut own_labels = BTreeMap::new();
         let mut own_by_address = BTreeSet::new();
         if let Some(d) = discovery.as_mut() {
@@ -713,17 +1110,113 @@ fn main_loop(shared: &Shared, cfg: &EngineConfig, discovery: DiscoveryConfig) {
             .map(|p| p.round(round).into_iter().collect())
             .unwrap_or_default();
         let full = mesh.plan.as_ref().is_none_or(Pinglist::full_mesh);
-        let mut own_found = Vec::new();
+        // This round's work: runs on connected peers now; connects for the others whose
+        // backoff is over, the least failed first, as far as connect slots go (a peer
+        // connected during the round is run at once).
+        let now = Instant::now();
+        let mut candidates: Vec<(bool, u32, Instant, String)> = Vec::new();
+        let mut waiting: BTreeSet<String> = BTreeSet::new();
         for (i, link) in mesh.links.values_mut().enumerate() {
-            if picks.contains(&i) {
-                if peer_round(shared, cfg, link, &clock, &params) == Round::Own {
-                    own_found.push(link.addr.clone());
+            link.planned = picks.contains(&i);
+            if !link.planned {
+                if !full && link.running.is_none() {
+                    // Not in this round's plan: its QP is not held (a sampled peer
+                    // reconnects when it is planned again).
+                    link.conn = None;
                 }
-            } else if !full {
-                // Not in this round's plan: its QP is not held (a sampled peer reconnects
-                // when it is planned again).
-                link.conn = None;
+                continue;
             }
+            if link.running.is_some() {
+                // Still running since the last round (a slow RC run): not started twice.
+                continue;
+            }
+            if link.conn.is_some() {
+                if peers.start_run(link, run_deadline) {
+                    waiting.insert(link.addr.clone());
+                }
+            } else if link.connecting.is_none() && now >= link.next_attempt {
+                let silent = link.status == Some(PeerStatus::Host);
+                candidates.push((silent, link.fails, link.next_attempt, link.addr.clone()));
+            }
+        }
+        // The peer set of the round is published before any result of it.
+        publish(
+            shared,
+            &mesh,
+            discovery.as_ref(),
+            &own_labels,
+            &own_by_address,
+        );
+        candidates.sort();
+        let mut candidates = candidates.into_iter().map(|c| (c.0, c.3)).peekable();
+        let mut own_found = Vec::new();
+        let mut stopped = false;
+        // A round without runs took its discovery and planning.
+        let mut last_run_end = Instant::now();
+        loop {
+            // Fill free connect slots.
+            while let Some((silent, _)) = candidates.peek() {
+                let limit = if *silent {
+                    MAX_SILENT_CONNECTS
+                } else {
+                    MAX_CONNECTS
+                };
+                if peers.connects.load(Ordering::Acquire) >= limit {
+                    break;
+                }
+                let (_, addr) = candidates.next().expect("peeked");
+                if let Some(link) = mesh.links.get_mut(&addr) {
+                    if link.conn.is_none() && link.connecting.is_none() {
+                        peers.start_connect(link);
+                    }
+                }
+            }
+            for link in mesh.links.values_mut() {
+                if let Some(rx) = link.connecting.as_ref() {
+                    let made = match rx.try_recv() {
+                        Ok(made) => Some(made),
+                        Err(mpsc::TryRecvError::Empty) => None,
+                        Err(mpsc::TryRecvError::Disconnected) => Some(Err(ProbeFailure::new(
+                            FailureKind::Setup,
+                            "the connect thread ended without a result",
+                        ))),
+                    };
+                    if let Some(made) = made {
+                        link.connecting = None;
+                        if peers.connected(link, made) == Round::Own {
+                            own_found.push(link.addr.clone());
+                        } else if link.planned
+                            && link.conn.is_some()
+                            && Instant::now() < run_deadline
+                            && peers.start_run(link, run_deadline)
+                        {
+                            waiting.insert(link.addr.clone());
+                        }
+                    }
+                }
+                if peers.collect_run(link) && waiting.remove(&link.addr) {
+                    last_run_end = Instant::now();
+                }
+            }
+            let now = Instant::now();
+            if now >= next && waiting.is_empty() {
+                break;
+            }
+            // Past the interval only for this round's runs, which end by their deadline.
+            if shared.sleep_until(now + PEER_TICK) {
+                stopped = true;
+                break;
+            }
+        }
+        if stopped {
+            return;
+        }
+        let took = last_run_end.saturating_duration_since(start);
+        shared
+            .round_duration_ns
+            .store(took.as_nanos() as u64, Ordering::Relaxed);
+        if took > cfg.interval {
+            shared.rounds_late.fetch_add(1, Ordering::Relaxed);
         }
         for addr in own_found {
             tracing::info!(peer = %addr, "peer is this engine (its handshake offered our GID): not probed");
@@ -734,148 +1227,59 @@ fn main_loop(shared: &Shared, cfg: &EngineConfig, discovery: DiscoveryConfig) {
             st.targets
                 .retain(|t| t.peer.as_deref() != Some(addr.as_str()));
         }
-        {
-            let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.peers = mesh
-                .links
-                .values()
-                .enumerate()
-                .map(|(i, l)| PeerState {
-                    peer: l.addr.clone(),
-                    connected: l.conn.is_some(),
-                    connects_total: l.connects,
-                    backoff_seconds: l.backoff.as_secs_f64(),
-                    labels: std::sync::Arc::clone(&l.labels),
-                    planned: picks.contains(&i),
-                })
-                .collect();
-            if let Some(d) = discovery.as_ref() {
-                st.discovery = d.stats().clone();
-            }
-            st.own_labels = own_labels;
-            st.own_peers = own_by_address
-                .into_iter()
-                .chain(mesh.own_by_gid.iter().cloned())
-                .collect();
-        }
+        publish(
+            shared,
+            &mesh,
+            discovery.as_ref(),
+            &own_labels,
+            &own_by_address,
+        );
         round += 1;
         shared.rounds.fetch_add(1, Ordering::Relaxed);
         meter.flush(&shared.cpu_ns);
-        let next = start + cfg.interval;
-        let mut stop = shared.stop.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if *stop {
-                return;
-            }
-            let now = Instant::now();
-            if now >= next {
-                break;
-            }
-            stop = shared
-                .wake
-                .wait_timeout(stop, next - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
     }
 }
 
-/// What one peer's turn in a round found.
+/// Publish the peers' states, discovery's counts and this host's own labels and addresses.
+fn publish(
+    shared: &Shared,
+    mesh: &Mesh,
+    discovery: Option<&Discovery>,
+    own_labels: &BTreeMap<String, String>,
+    own_by_address: &BTreeSet<String>,
+) {
+    let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+    st.peers = mesh
+        .links
+        .values()
+        .map(|l| PeerState {
+            peer: l.addr.clone(),
+            connected: l.conn.is_some(),
+            connects_total: l.connects,
+            backoff_seconds: l.backoff.as_secs_f64(),
+            labels: std::sync::Arc::clone(&l.labels),
+            planned: l.planned,
+            status: l.status,
+        })
+        .collect();
+    if let Some(d) = discovery {
+        st.discovery = d.stats().clone();
+    }
+    st.own_labels.clone_from(own_labels);
+    st.own_peers = own_by_address
+        .iter()
+        .cloned()
+        .chain(mesh.own_by_gid.iter().cloned())
+        .collect();
+}
+
+/// What a finished connect found.
 #[derive(Debug, PartialEq, Eq)]
 enum Round {
-    /// Probed (or tried, or waiting out its backoff).
+    /// Connected (or failed, recorded).
     Done,
     /// The peer is this engine.
     Own,
-}
-
-fn peer_round(
-    shared: &Shared,
-    cfg: &EngineConfig,
-    link: &mut PeerLink,
-    clock: &Clock,
-    p: &RunParams,
-) -> Round {
-    fn key<'a>(cfg: &EngineConfig, device: &'a str, peer: &'a str) -> Key<'a> {
-        Key {
-            kind: "peer",
-            device,
-            port: 1,
-            peer: Some(peer),
-            op: match cfg.transport {
-                PeerTransport::Ud => ProbeOp::Send,
-                PeerTransport::Rc => cfg.peer_op,
-            },
-            transport: cfg.transport,
-            size: cfg.size,
-        }
-    }
-    let now = Instant::now();
-    if link.conn.is_none() {
-        if now < link.next_attempt {
-            return Round::Done;
-        }
-        let secret = cfg.secret.as_ref().expect("checked at start");
-        let (device, gid) = (cfg.peer_device.as_deref(), cfg.gid_index);
-        let made = match cfg.transport {
-            PeerTransport::Rc => PeerConn::connect(&link.addr, secret, device, gid, cfg.size)
-                .map(|c| Conn::Rc(Box::new(c))),
-            PeerTransport::Ud => {
-                UdPeerConn::connect(&link.addr, secret, device, gid, cfg.size, &shared.ud)
-                    .map(Conn::Ud)
-            }
-        };
-        match made {
-            Ok(c) if c.is_self() => return Round::Own,
-            Ok(c) => {
-                link.conn = Some(c);
-                link.connects += 1;
-            }
-            Err(f) => {
-                shared.record(key(cfg, "", &link.addr), Err(f));
-                link.failed(now, cfg.backoff_max);
-                return Round::Done;
-            }
-        }
-    }
-    let conn = link.conn.as_ref().expect("connected above");
-    let outcome = match conn {
-        Conn::Rc(c) => {
-            let r = c.run(cfg.peer_op, p.warmup, p.iterations, clock, p.timeout);
-            // A run stops at its first failed request: that one is lost.
-            let (sent, lost) = if r.is_ok() { (p.iterations, 0) } else { (1, 1) };
-            Outcome {
-                result: r,
-                sent,
-                lost,
-            }
-        }
-        Conn::Ud(c) => {
-            let UdRun {
-                samples_ns,
-                sent,
-                lost,
-                failure,
-            } = c.run(p.warmup, p.iterations, clock, cfg.reply_timeout, p.timeout);
-            Outcome {
-                result: match failure {
-                    Some(f) => Err(f),
-                    None => Ok(samples_ns),
-                },
-                sent,
-                lost,
-            }
-        }
-    };
-    let ok = outcome.result.is_ok();
-    shared.record(key(cfg, conn.device(), &link.addr), outcome);
-    if ok {
-        link.backoff = cfg.backoff_min;
-    } else {
-        link.conn = None;
-        link.failed(Instant::now(), cfg.backoff_max);
-    }
-    Round::Done
 }
 
 #[cfg(test)]
@@ -911,7 +1315,7 @@ mod tests {
             ..EngineConfig::default()
         };
         match ProbeEngine::start(cfg) {
-            Err(EngineError::Config(why)) => assert!(why.contains("at least 48 bytes"), "{why}"),
+            Err(EngineError::Config(why)) => assert!(why.contains("at least 56 bytes"), "{why}"),
             other => panic!(
                 "32-byte UD probes must be a config error: {:?}",
                 other.err()
@@ -1077,6 +1481,174 @@ mod tests {
             .contains("ud or rc"));
         assert_eq!(EngineConfig::default().transport, PeerTransport::Ud);
         assert_eq!(PeerTransport::Rc.to_string(), "rc");
+    }
+
+    /// A listener on 127.0.0.1 that never accepts, its accept queue full: further SYNs are
+    /// dropped and a connect to it hangs until its timeout (a silent host). The connection
+    /// that fills the queue is kept with it.
+    fn silent_peer() -> (std::os::fd::OwnedFd, std::net::TcpStream, String) {
+        use nix::sys::socket::{
+            bind, getsockname, listen, socket, AddressFamily, Backlog, SockFlag, SockType,
+            SockaddrIn,
+        };
+        use std::os::fd::AsRawFd;
+        let fd = socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::empty(),
+            None,
+        )
+        .unwrap();
+        bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).unwrap();
+        listen(&fd, Backlog::new(0).unwrap()).unwrap();
+        let addr: SockaddrIn = getsockname(fd.as_raw_fd()).unwrap();
+        let addr = std::net::SocketAddr::from(std::net::SocketAddrV4::from(addr));
+        // Backlog 0: one connection fills the queue (the kernel admits backlog + 1).
+        let filler = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+            .expect("the first connection fills the queue");
+        (fd, filler, addr.to_string())
+    }
+
+    /// Threads of this process whose name starts with `prefix` (names are cut at 15 bytes).
+    fn threads_named(prefix: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+            .filter(|n| n.starts_with(prefix))
+            .count()
+    }
+
+    /// 40 silent peers (more than the connect slots), one refusing peer and one answering
+    /// peer (an engine's listener on 127.0.0.1): the answering one is tried in almost every
+    /// round, the silent ones are `host`, the refusing one `agent`, and the connect threads
+    /// stay within their bound. Counts of rounds and attempts only, no timings. Without
+    /// RDMA on the host the answering peer's attempt fails at once after the TCP connect
+    /// (no local device): the engine's scheduling is what is tested; with RDMA it runs.
+    #[test]
+    fn silent_peers_never_starve_an_answering_one() {
+        let secret = Secret::new(b"0123456789abcdef0123").unwrap();
+        let silent: Vec<_> = (0..40).map(|_| silent_peer()).collect();
+        let refusing = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .to_string();
+        let answering = ProbeEngine::start(EngineConfig {
+            loopback: false,
+            mr_sizes: vec![],
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            secret: Some(secret.clone()),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let healthy = answering.listen_addr().unwrap().to_string();
+        let mut peers: Vec<String> = silent.iter().map(|s| s.2.clone()).collect();
+        peers.push(refusing.clone());
+        peers.push(healthy.clone());
+        let engine = ProbeEngine::start(EngineConfig {
+            loopback: false,
+            mr_sizes: vec![],
+            peers,
+            secret: Some(secret),
+            interval: Duration::from_millis(50),
+            backoff_min: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(1),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let h = engine.handle();
+        let attempts = |s: &ProbeSnapshot, peer: &str| {
+            s.target(peer, ProbeOp::Send)
+                .map(|t| t.runs_total + t.failures_total.values().sum::<u64>())
+                .unwrap_or(0)
+        };
+        let status = |s: &ProbeSnapshot, peer: &str| {
+            s.peers
+                .iter()
+                .find(|p| p.peer == peer)
+                .and_then(|p| p.status)
+        };
+        // Bounded wait until every silent peer's connect timed out once (3 s each, 24 at a
+        // time): then all of them are `host` and keep being retried.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut most_connect_threads = 0;
+        loop {
+            let s = h.snapshot();
+            most_connect_threads = most_connect_threads.max(threads_named("rdma-probe-conn"));
+            if silent
+                .iter()
+                .all(|p| status(&s, &p.2) == Some(PeerStatus::Host))
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "silent peers not all `host`: {:?}",
+                s.peers
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let s0 = h.snapshot();
+        let (r0, a0) = (s0.rounds_total, attempts(&s0, &healthy));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let s1 = loop {
+            let s = h.snapshot();
+            most_connect_threads = most_connect_threads.max(threads_named("rdma-probe-conn"));
+            if s.rounds_total >= r0 + 40 {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "rounds stalled: {}",
+                s.rounds_total
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let rounds = s1.rounds_total - r0;
+        let tried = attempts(&s1, &healthy) - a0;
+        eprintln!(
+            "{rounds} rounds with 40 silent peers: the answering peer tried {tried} times; \
+             at most {most_connect_threads} connect threads seen; last round {:?} s, late {}",
+            s1.round_duration_seconds, s1.rounds_late_total
+        );
+        // Almost every round: a round may end just before the attempt's result comes in (a
+        // loaded machine), which the next round then counts.
+        assert!(
+            tried * 100 >= rounds * 85,
+            "the answering peer was tried in {tried} of {rounds} rounds"
+        );
+        assert!(
+            most_connect_threads <= MAX_CONNECTS,
+            "{most_connect_threads} connect threads"
+        );
+        assert_eq!(status(&s1, &refusing), Some(PeerStatus::Agent));
+        assert!(s1.target(&refusing, ProbeOp::Send).unwrap().failures_total["CONNECT_ERR"] >= 1);
+        let silent_fails = s1
+            .target(&silent[0].2, ProbeOp::Send)
+            .unwrap()
+            .failures_total
+            .get("HOST_UNREACHABLE")
+            .copied();
+        assert!(
+            silent_fails >= Some(1),
+            "{:?}",
+            s1.target(&silent[0].2, ProbeOp::Send)
+        );
+        assert!(s1.round_duration_seconds.is_some());
+        // The answering peer is not `host` whatever else failed on this machine.
+        assert_ne!(status(&s1, &healthy), Some(PeerStatus::Host));
+        engine.stop();
+        answering.stop();
+    }
+
+    #[test]
+    fn failures_name_their_layer() {
+        assert_eq!(layer(FailureKind::Connect), PeerStatus::Agent);
+        assert_eq!(layer(FailureKind::Handshake), PeerStatus::Agent);
+        assert_eq!(layer(FailureKind::PeerClosed), PeerStatus::Agent);
+        assert_eq!(layer(FailureKind::HostUnreachable), PeerStatus::Host);
+        assert_eq!(layer(FailureKind::Timeout), PeerStatus::Rdma);
+        assert_eq!(layer(FailureKind::NoDevice), PeerStatus::Rdma);
     }
 
     #[test]

@@ -14,8 +14,11 @@ pub enum FailureKind {
     Setup,
     /// `ibv_post_send`/`ibv_post_recv` refused a work request.
     Post,
-    /// The TCP connection to a peer could not be made.
+    /// The TCP connection to a peer could not be made (refused, or no route).
     Connect,
+    /// The TCP connection to a peer timed out or the host is unreachable (SYNs unanswered,
+    /// or an ICMP unreachable / no route).
+    HostUnreachable,
     /// The peer handshake failed or was refused (wrong secret, replay, garbage).
     Handshake,
     /// The peer closed its control connection.
@@ -26,7 +29,7 @@ pub enum FailureKind {
 
 impl FailureKind {
     /// The label value: the WC status name, or `TIMEOUT`, `SETUP_ERR`, `POST_ERR`,
-    /// `CONNECT_ERR`, `HANDSHAKE_ERR`, `PEER_CLOSED`, `NO_DEVICE`.
+    /// `CONNECT_ERR`, `HOST_UNREACHABLE`, `HANDSHAKE_ERR`, `PEER_CLOSED`, `NO_DEVICE`.
     pub fn name(&self) -> String {
         match self {
             FailureKind::Wc(s) => s.name().to_string(),
@@ -34,6 +37,7 @@ impl FailureKind {
             FailureKind::Setup => "SETUP_ERR".into(),
             FailureKind::Post => "POST_ERR".into(),
             FailureKind::Connect => "CONNECT_ERR".into(),
+            FailureKind::HostUnreachable => "HOST_UNREACHABLE".into(),
             FailureKind::Handshake => "HANDSHAKE_ERR".into(),
             FailureKind::PeerClosed => "PEER_CLOSED".into(),
             FailureKind::NoDevice => "NO_DEVICE".into(),

@@ -64,8 +64,8 @@ pub mod ud;
 pub const DEFAULT_PEER_PORT: u16 = 9737;
 
 pub use snapshot::{
-    ClockInfo, ClockSource, DiscoveryStats, Histogram, PeerState, PeerTransport, ProbeOp,
-    ProbeSnapshot, RegistrationResult, TargetResult, UdEndpointState,
+    ClockInfo, ClockSource, DiscoveryStats, Histogram, PeerState, PeerStatus, PeerTransport,
+    ProbeOp, ProbeSnapshot, RegistrationResult, TargetResult, UdEndpointState,
 };
 pub use stats::LatencySummary;
 

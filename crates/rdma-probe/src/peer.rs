@@ -17,7 +17,7 @@ use crate::handshake::{self, NonceCache, Offer, Secret, SessionKey};
 use crate::ratelog::{suppressed_note, RateLimited};
 use crate::rc::{one_sided, Limits, PortInfo, Side};
 use crate::snapshot::ProbeOp;
-use crate::ud::{SessionGuard, UdEndpoint, UdEndpoints, UdRun};
+use crate::ud::{PendingRun, SessionGuard, UdEndpoint, UdEndpoints, UdRun};
 use rdma_verbs::{Context, GidType, Mtu, ProtectionDomain, QpEndpoint, RemoteBuffer, RtsParams};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read, Write};
@@ -609,8 +609,16 @@ fn control_connection(addr: &str) -> Result<(TcpStream, IpAddr), ProbeFailure> {
         .map_err(|e| connect_err(e.to_string()))?
         .next()
         .ok_or_else(|| connect_err("no address".into()))?;
-    let stream = TcpStream::connect_timeout(&target, HANDSHAKE_TIMEOUT)
-        .map_err(|e| connect_err(e.to_string()))?;
+    // A refusal (RST: nobody listens, the peer's rdmad is absent) fails at once; a timeout
+    // (SYNs unanswered: the host is unreachable) is told apart for the failure layer.
+    let stream = TcpStream::connect_timeout(&target, HANDSHAKE_TIMEOUT).map_err(|e| {
+        // EHOSTUNREACH, ENETUNREACH: an ICMP error or no route, the host is not reachable.
+        if e.kind() == io::ErrorKind::TimedOut || matches!(e.raw_os_error(), Some(113 | 101)) {
+            ProbeFailure::new(FailureKind::HostUnreachable, format!("{addr}: {e}"))
+        } else {
+            connect_err(e.to_string())
+        }
+    })?;
     let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
     let _ = stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT));
     let _ = stream.set_nodelay(true);
@@ -653,12 +661,12 @@ impl UdPeerConn {
         size: usize,
         endpoints: &UdEndpoints,
     ) -> Result<UdPeerConn, ProbeFailure> {
-        if !(crate::ud::UD_HEADER..=PEER_BUFFER).contains(&size) {
+        if !(crate::ud::UD_HEADER_V2..=PEER_BUFFER).contains(&size) {
             return Err(ProbeFailure::new(
                 FailureKind::Setup,
                 format!(
                     "UD probes use {}..={PEER_BUFFER} byte messages, not {size}",
-                    crate::ud::UD_HEADER
+                    crate::ud::UD_HEADER_V2
                 ),
             ));
         }
@@ -723,24 +731,39 @@ impl UdPeerConn {
         reply_timeout: Duration,
         timeout: Duration,
     ) -> UdRun {
+        self.start_run(
+            warmup,
+            iterations,
+            clock,
+            reply_timeout,
+            Instant::now() + timeout,
+        )
+        .wait()
+    }
+
+    /// [`UdPeerConn::run`] without waiting: the run ends by `deadline`; its result comes
+    /// from the returned [`PendingRun`] (the endpoint runs many peers' runs at once).
+    pub fn start_run(
+        &self,
+        warmup: u64,
+        iterations: u64,
+        clock: &Clock,
+        reply_timeout: Duration,
+        deadline: Instant,
+    ) -> PendingRun {
         if !self.alive() {
-            return UdRun {
-                samples_ns: Vec::new(),
-                sent: 0,
-                lost: 0,
-                failure: Some(ProbeFailure::new(
-                    FailureKind::PeerClosed,
-                    "the peer closed the control connection",
-                )),
-            };
+            return PendingRun::done(UdRun::failed(
+                FailureKind::PeerClosed,
+                "the peer closed the control connection",
+            ));
         }
-        self.endpoint.probe(
+        self.endpoint.start_probe(
             &self.session,
             warmup,
             iterations,
             self.size,
             reply_timeout,
-            Instant::now() + timeout,
+            deadline,
             clock,
         )
     }

@@ -202,10 +202,17 @@ pub struct TargetResult {
     pub last: Option<LatencySummary>,
     /// Successful runs.
     pub runs_total: u64,
-    /// Timed requests sent (peers; loopback counts none).
+    /// Requests sent (peers; loopback counts none). UD: every request, warmup included; RC:
+    /// the timed ones.
     pub sent_total: u64,
-    /// Timed requests without an answer within the timeout (peers).
+    /// Requests without an answer within the timeout (peers): `lost_request_total +
+    /// lost_reply_total`.
     pub lost_total: u64,
+    /// Of them, requests the peer never received (UD: from the replies' `received` counts;
+    /// while the peer is silent every loss counts here; RC: every loss).
+    pub lost_request_total: u64,
+    /// Of them, replies lost on their way back although the peer received the request (UD).
+    pub lost_reply_total: u64,
     /// Failed runs by failure name (`RETRY_EXC_ERR`, `TIMEOUT`, `CONNECT_ERR`, ...).
     pub failures_total: BTreeMap<String, u64>,
     /// Whether the last run succeeded.
@@ -244,6 +251,41 @@ pub struct PeerState {
     pub labels: Labels,
     /// Whether the planner picked it in the last round.
     pub planned: bool,
+    /// The last outcome's verdict (None until the first attempt ended).
+    pub status: Option<PeerStatus>,
+}
+
+/// A peer's verdict: OK, or which layer failed (the `rdma_probe_peer_status` value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerStatus {
+    /// The last run succeeded.
+    Ok = 0,
+    /// The peer's agent (rdmad) refused or is absent: TCP refused at once, or the handshake
+    /// failed, or it closed the control connection.
+    Agent = 1,
+    /// The host is unreachable: the TCP connect timed out (or an ICMP unreachable).
+    Host = 2,
+    /// TCP and the handshake work but the RDMA probes go unanswered or fail (the RDMA path,
+    /// the peer's or this host's device).
+    Rdma = 3,
+}
+
+impl PeerStatus {
+    /// The gauge value.
+    pub fn value(self) -> u64 {
+        self as u64
+    }
+
+    /// The lower-case name (`ok`, `agent`, `host`, `rdma`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerStatus::Ok => "ok",
+            PeerStatus::Agent => "agent",
+            PeerStatus::Host => "host",
+            PeerStatus::Rdma => "rdma",
+        }
+    }
 }
 
 /// The UD endpoint of one local device (one UD QP, whatever the number of peers).
@@ -267,8 +309,12 @@ pub struct UdEndpointState {
 pub struct ProbeSnapshot {
     /// The clock in use and what it costs.
     pub clock: Option<ClockInfo>,
-    /// Rounds completed.
+    /// Rounds completed (peer rounds when peers are configured, loopback rounds otherwise).
     pub rounds_total: u64,
+    /// How long the last peer round took (start to its last run's end), seconds.
+    pub round_duration_seconds: Option<f64>,
+    /// Peer rounds that took longer than the interval.
+    pub rounds_late_total: u64,
     /// CPU time of all engine threads, seconds.
     pub cpu_seconds_total: f64,
     /// Seconds since the engine started.
@@ -327,6 +373,8 @@ mod tests {
             runs_total: 0,
             sent_total: 0,
             lost_total: 0,
+            lost_request_total: 0,
+            lost_reply_total: 0,
             failures_total: BTreeMap::new(),
             up: false,
             last_error: None,
@@ -338,6 +386,8 @@ mod tests {
         let s = ProbeSnapshot {
             clock: None,
             rounds_total: 0,
+            round_duration_seconds: None,
+            rounds_late_total: 0,
             cpu_seconds_total: 0.0,
             uptime_seconds: 0.0,
             targets: vec![

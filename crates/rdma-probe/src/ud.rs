@@ -13,18 +13,35 @@
 //! A datagram (the payload after the 40-byte GRH area), big endian:
 //!
 //! ```text
-//! 0..4   "RDUD"          4  version 1      5  kind: 1 request, 2 reply     6..8 zero
+//! 0..4   "RDUD"          4  version 1 or 2   5  kind: 1 request, 2 reply     6..8 zero
 //! 8..16  session id      16..24 sequence number   24..32 the requester's send timestamp
-//! 32..48 tag = SipHash-2-4-128(session key, bytes 0..32)
-//! 48..   zero padding up to the probe size
+//! version 1:  32..48 tag = SipHash-2-4-128(session key, bytes 0..32)
+//! version 2:  32..40 received: in a reply, the requests of this session the responder has
+//!             accepted so far, this one included (0 in a request)
+//!             40..56 tag = SipHash-2-4-128(session key, bytes 0..40)
+//! then zero padding up to the probe size
 //! ```
 //!
 //! The responder answers from its own UD QP to the address the handshake gave (never to
-//! where a datagram claims to come from), with the same sequence number and timestamp and a
-//! fresh tag. Anything else is dropped and counted by [`DropReason`]: short or foreign
-//! datagrams, unknown sessions, bad tags, a source QPN or GID that is not the session's peer,
-//! replayed requests, replies nobody waits for. A datagram with the wrong Q_Key never reaches
-//! us (the device drops it). Loss is a request without its reply within the timeout.
+//! where a datagram claims to come from), in the request's version, with the same sequence
+//! number and timestamp and a fresh tag. Anything else is dropped and counted by
+//! [`DropReason`]: short or foreign datagrams, unknown sessions, bad tags, a source QPN or GID
+//! that is not the session's peer, replayed requests, replies nobody waits for, replies whose
+//! `received` cannot be true (above the sequence number, or below an earlier reply's). A
+//! datagram with the wrong Q_Key never reaches us (the device drops it). Loss is a request
+//! without its reply within the timeout.
+//!
+//! This prober sends version 2; a responder answers both (a version-1-only responder, an
+//! older rdmad, drops version 2 requests as malformed: upgrade responders first). The
+//! `received` count splits loss by direction ([`Direction`]): when the reply to sequence `s`
+//! says `r`, `s - r` requests of the session never reached the responder (request loss) and
+//! the other unanswered ones up to `s` did, their replies were lost (reply loss). Losses after
+//! the last reply are attributed at the next reply, or as request loss when a run gets no
+//! reply at all or fails (the peer went silent).
+//!
+//! An endpoint runs up to [`MAX_ACTIVE_JOBS`] probe runs at once (one request outstanding
+//! each), so one slow or silent peer delays no other: its requests time out while the others'
+//! replies come in.
 use crate::clock::Clock;
 use crate::cpu::CpuMeter;
 use crate::failure::{FailureKind, ProbeFailure};
@@ -44,13 +61,21 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Bytes of a datagram's header and tag: the smallest UD probe.
+/// Bytes of a version 1 datagram's header and tag: the smallest datagram accepted.
 pub const UD_HEADER: usize = 48;
+/// Bytes of a version 2 datagram's header, count and tag: the smallest UD probe this
+/// prober sends.
+pub const UD_HEADER_V2: usize = 56;
 const MAGIC: &[u8; 4] = b"RDUD";
 const VERSION: u8 = 1;
+const VERSION_2: u8 = 2;
 const KIND_REQUEST: u8 = 1;
 const KIND_REPLY: u8 = 2;
 const TAGGED: usize = 32;
+const TAGGED_V2: usize = 40;
+/// Probe runs an endpoint serves at once (each with one request outstanding); more wait
+/// their turn. Below the send queue, which replies to peers share.
+pub const MAX_ACTIVE_JOBS: usize = 32;
 
 /// Receives kept posted (a flood fills these; the thread re-posts each one at once).
 const RECV_SLOTS: usize = 256;
@@ -84,6 +109,9 @@ pub enum DropReason {
     Replay,
     /// A reply nobody waits for (late after its timeout, duplicated, or forged seq).
     Unexpected,
+    /// A reply whose `received` count cannot be true: above its sequence number, or below
+    /// what an earlier reply of the session said.
+    BadCount,
     /// A receive completed with an error status.
     RecvError,
     /// A reply could not be sent (send queue full or a send error).
@@ -92,13 +120,14 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in label order.
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 9] = [
         DropReason::Malformed,
         DropReason::UnknownSession,
         DropReason::BadTag,
         DropReason::WrongSource,
         DropReason::Replay,
         DropReason::Unexpected,
+        DropReason::BadCount,
         DropReason::RecvError,
         DropReason::ReplyFailed,
     ];
@@ -112,6 +141,7 @@ impl DropReason {
             DropReason::WrongSource => "wrong_source",
             DropReason::Replay => "replay",
             DropReason::Unexpected => "unexpected",
+            DropReason::BadCount => "bad_count",
             DropReason::RecvError => "recv_error",
             DropReason::ReplyFailed => "reply_failed",
         }
@@ -136,6 +166,9 @@ pub struct Datagram {
     pub seq: u64,
     /// The requester's send timestamp (its clock's ticks).
     pub stamp: u64,
+    /// Version 2: the responder's count of requests received in the session (in a reply; 0
+    /// in a request). `None`: version 1.
+    pub received: Option<u64>,
 }
 
 fn tag(key: &[u8; 16], header: &[u8]) -> [u8; 16] {
@@ -147,24 +180,62 @@ fn tags_equal(a: &[u8], b: &[u8; 16]) -> bool {
     a.len() == 16 && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Bytes tagged and bytes in all of a datagram of `version` (None: not a known version).
+fn layout(version: u8) -> Option<(usize, usize)> {
+    match version {
+        VERSION => Some((TAGGED, UD_HEADER)),
+        VERSION_2 => Some((TAGGED_V2, UD_HEADER_V2)),
+        _ => None,
+    }
+}
+
 impl Datagram {
-    /// Write the header and its tag into `out[..UD_HEADER]` (the rest is left as it is).
+    /// Its header's length: [`UD_HEADER`] (version 1) or [`UD_HEADER_V2`].
+    pub fn len(&self) -> usize {
+        if self.received.is_some() {
+            UD_HEADER_V2
+        } else {
+            UD_HEADER
+        }
+    }
+
+    /// Never empty (for clippy's `len_without_is_empty`).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Write the header and its tag into `out[..self.len()]` (the rest is left as it is).
     pub fn encode(&self, key: &[u8; 16], out: &mut [u8]) {
-        let out = &mut out[..UD_HEADER];
+        let (tagged, len) = match self.received {
+            Some(_) => (TAGGED_V2, UD_HEADER_V2),
+            None => (TAGGED, UD_HEADER),
+        };
+        let out = &mut out[..len];
         out[0..4].copy_from_slice(MAGIC);
-        out[4] = VERSION;
+        out[4] = if self.received.is_some() {
+            VERSION_2
+        } else {
+            VERSION
+        };
         out[5] = if self.reply { KIND_REPLY } else { KIND_REQUEST };
         out[6..8].fill(0);
         out[8..16].copy_from_slice(&self.session.to_be_bytes());
         out[16..24].copy_from_slice(&self.seq.to_be_bytes());
         out[24..32].copy_from_slice(&self.stamp.to_be_bytes());
-        let t = tag(key, &out[..TAGGED]);
-        out[TAGGED..UD_HEADER].copy_from_slice(&t);
+        if let Some(r) = self.received {
+            out[32..40].copy_from_slice(&r.to_be_bytes());
+        }
+        let t = tag(key, &out[..tagged]);
+        out[tagged..len].copy_from_slice(&t);
     }
 
     /// Decode a header without checking its tag (the session, hence the key, comes from it).
     pub fn decode(b: &[u8]) -> Result<Datagram, DropReason> {
-        if b.len() < UD_HEADER || &b[0..4] != MAGIC || b[4] != VERSION || b[6..8] != [0, 0] {
+        if b.len() < UD_HEADER || &b[0..4] != MAGIC || b[6..8] != [0, 0] {
+            return Err(DropReason::Malformed);
+        }
+        let (_, len) = layout(b[4]).ok_or(DropReason::Malformed)?;
+        if b.len() < len {
             return Err(DropReason::Malformed);
         }
         let reply = match b[5] {
@@ -178,19 +249,131 @@ impl Datagram {
             session: u64_at(8),
             seq: u64_at(16),
             stamp: u64_at(24),
+            received: (b[4] == VERSION_2).then(|| u64_at(32)),
         })
     }
 
-    /// Whether `b`'s tag verifies under `key`.
+    /// Whether `b`'s tag verifies under `key` (for the version its byte 4 says).
     pub fn verify(b: &[u8], key: &[u8; 16]) -> bool {
-        b.len() >= UD_HEADER && tags_equal(&b[TAGGED..UD_HEADER], &tag(key, &b[..TAGGED]))
+        let Some((tagged, len)) = b.get(4).copied().and_then(layout) else {
+            return false;
+        };
+        b.len() >= len && tags_equal(&b[tagged..len], &tag(key, &b[..tagged]))
     }
+}
+
+/// Which way a lost request or reply was going.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Prober to peer: the peer never received the request.
+    Request,
+    /// Peer to prober: the peer received the request, its reply never came back.
+    Reply,
+}
+
+/// A requester session's loss bookkeeping, over its whole life: what the replies' `received`
+/// counts say, and what of the unanswered requests is attributed to each direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LossBook {
+    /// Requests that got no valid reply in time (warmup included).
+    pub unanswered: u64,
+    /// Of them, attributed to request loss.
+    pub request: u64,
+    /// Of them, attributed to reply loss.
+    pub reply: u64,
+    /// The last accepted reply's (sequence number, received count).
+    pub last: Option<(u64, u64)>,
+}
+
+impl LossBook {
+    /// Check the `received` count of an authenticated reply to `seq` (the request we wait
+    /// for): it may not exceed `seq` nor go below an earlier reply's. `Ok(false)`: a version 1
+    /// reply, nothing to attribute.
+    pub fn check(&self, seq: u64, received: Option<u64>) -> Result<bool, DropReason> {
+        let Some(r) = received else {
+            return Ok(false);
+        };
+        if r == 0 || r > seq {
+            return Err(DropReason::BadCount);
+        }
+        if let Some((s0, r0)) = self.last {
+            if seq <= s0 || r < r0 || r - r0 > seq - s0 {
+                return Err(DropReason::BadCount);
+            }
+        }
+        Ok(true)
+    }
+
+    /// A checked reply to `seq` says the peer received `received` requests: attribute every
+    /// unanswered request so far. Returns the (request, reply) losses newly attributed.
+    pub fn attribute(&mut self, seq: u64, received: u64) -> (u64, u64) {
+        self.last = Some((seq, received));
+        let never_arrived = seq - received;
+        let before = (self.request, self.reply);
+        // Counters never go back: an earlier attribution as request loss (a silent spell)
+        // stays; the rest goes to reply loss.
+        let free = self.unanswered - self.reply;
+        self.request = self.request.max(never_arrived.min(free));
+        self.reply = self.unanswered - self.request;
+        (self.request - before.0, self.reply - before.1)
+    }
+
+    /// The peer went silent (a run without any reply, or one that failed): every unanswered
+    /// request not attributed yet counts as request loss. Returns how many.
+    pub fn silent(&mut self) -> u64 {
+        let pending = self.unanswered - self.request - self.reply;
+        self.request += pending;
+        pending
+    }
+}
+
+/// The body of the `ud_datagram` fuzz target (fuzz/fuzz_targets/), shared with the test that
+/// runs its seed corpus (fuzz/seeds/ud_datagram) on every `cargo test`: decode `data` as a
+/// datagram and check its tag under a fixed key; a datagram that decodes must encode to bytes
+/// that decode to the same datagram and verify. Then `data` in 57-byte steps (a datagram and
+/// a byte of timed-out requests) drives a session's [`LossBook`] as the endpoint does: no
+/// sequence of replies may panic it or break `request + reply <= unanswered`. True when
+/// `data` decoded. No input may panic (other than those properties failing).
+pub fn fuzz_datagram(data: &[u8]) -> bool {
+    const FUZZ_KEY: [u8; 16] = *b"fuzz-session-key";
+    let decoded = match Datagram::decode(data) {
+        Ok(d) => {
+            let _ = Datagram::verify(data, &FUZZ_KEY);
+            let mut b = [0u8; UD_HEADER_V2];
+            d.encode(&FUZZ_KEY, &mut b);
+            assert_eq!(Datagram::decode(&b[..d.len()]), Ok(d), "encode/decode");
+            assert!(Datagram::verify(&b[..d.len()], &FUZZ_KEY), "own tag");
+            let _ = format!("{d:?}");
+            true
+        }
+        Err(e) => {
+            let _ = e.name();
+            false
+        }
+    };
+    let mut book = LossBook::default();
+    for chunk in data.chunks(UD_HEADER_V2 + 1) {
+        let (head, timed_out) = chunk.split_at(chunk.len().saturating_sub(1));
+        book.unanswered = book
+            .unanswered
+            .saturating_add(u64::from(timed_out.first().copied().unwrap_or(0) % 4));
+        if let Ok(d) = Datagram::decode(head) {
+            if let Ok(true) = book.check(d.seq, d.received) {
+                book.attribute(d.seq, d.received.unwrap_or(0));
+            }
+        }
+        if chunk.first() == Some(&0) {
+            book.silent();
+        }
+        assert!(book.request + book.reply <= book.unanswered, "{book:?}");
+    }
+    decoded
 }
 
 /// Counters of one endpoint, shared with the engine's snapshot.
 #[derive(Debug, Default)]
 pub struct UdStats {
-    dropped: [AtomicU64; 8],
+    dropped: [AtomicU64; 9],
     /// Requests answered.
     pub answered: AtomicU64,
     /// CPU nanoseconds of the endpoint's thread.
@@ -226,6 +409,10 @@ struct Session {
     /// sequence for the session's whole life, so that no request of a later run looks like
     /// a replay of an earlier one.
     last_seq: u64,
+    /// Responder: requests accepted so far (what a version 2 reply says).
+    received: u64,
+    /// Requester: loss by direction.
+    book: LossBook,
 }
 
 /// What the engine asks an endpoint to do: probe one session.
@@ -241,16 +428,89 @@ struct Job {
 }
 
 /// The outcome of one UD probe run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct UdRun {
     /// Round-trip times of the answered timed requests, nanoseconds.
     pub samples_ns: Vec<f64>,
-    /// Timed requests sent.
+    /// Requests sent (warmup included: every one is counted by direction).
     pub sent: u64,
-    /// Timed requests without a reply within the timeout.
+    /// Losses attributed in this run: `lost_request + lost_reply` (they may be of requests
+    /// of an earlier run: a loss is attributed when a later reply says which way it went).
     pub lost: u64,
+    /// Of them, requests the peer never received.
+    pub lost_request: u64,
+    /// Of them, replies lost after the peer received the request.
+    pub lost_reply: u64,
+    /// Replies accepted in this run.
+    pub replies: u64,
     /// Why the run stopped early, if it did.
     pub failure: Option<ProbeFailure>,
+}
+
+impl UdRun {
+    /// A run that failed before it sent anything.
+    pub fn failed(kind: FailureKind, why: impl Into<String>) -> UdRun {
+        UdRun {
+            failure: Some(ProbeFailure::new(kind, why)),
+            ..UdRun::default()
+        }
+    }
+}
+
+/// A run handed to an endpoint's thread: its result comes by the run's deadline.
+#[derive(Debug)]
+pub struct PendingRun {
+    rx: mpsc::Receiver<UdRun>,
+    /// After this, the thread has failed to answer.
+    give_up: Instant,
+    done: Option<UdRun>,
+}
+
+impl PendingRun {
+    /// A result known already.
+    pub fn done(run: UdRun) -> PendingRun {
+        let (_, rx) = mpsc::channel();
+        PendingRun {
+            rx,
+            give_up: Instant::now(),
+            done: Some(run),
+        }
+    }
+
+    /// The result if the run is over (never blocks).
+    pub fn try_take(&mut self) -> Option<UdRun> {
+        if let Some(r) = self.done.take() {
+            return Some(r);
+        }
+        match self.rx.try_recv() {
+            Ok(r) => Some(r),
+            Err(mpsc::TryRecvError::Disconnected) => Some(UdRun::failed(
+                FailureKind::NoDevice,
+                "the UD endpoint stopped",
+            )),
+            Err(mpsc::TryRecvError::Empty) if Instant::now() >= self.give_up => {
+                Some(UdRun::failed(
+                    FailureKind::Timeout,
+                    "the UD endpoint did not finish the run",
+                ))
+            }
+            Err(mpsc::TryRecvError::Empty) => None,
+        }
+    }
+
+    /// Wait for the result.
+    pub fn wait(mut self) -> UdRun {
+        if let Some(r) = self.done.take() {
+            return r;
+        }
+        let wait = self.give_up.saturating_duration_since(Instant::now());
+        self.rx.recv_timeout(wait).unwrap_or_else(|_| {
+            UdRun::failed(
+                FailureKind::Timeout,
+                "the UD endpoint did not finish the run",
+            )
+        })
+    }
 }
 
 /// The verbs objects of an endpoint (touched only by its thread, and by Drop).
@@ -466,6 +726,8 @@ impl UdEndpoint {
                 peer,
                 ah,
                 last_seq: 0,
+                received: 0,
+                book: LossBook::default(),
             },
         );
         Ok(SessionGuard {
@@ -510,17 +772,29 @@ impl UdEndpoint {
         deadline: Instant,
         clock: &Clock,
     ) -> UdRun {
-        let fail = |kind, why: &str| UdRun {
-            samples_ns: Vec::new(),
-            sent: 0,
-            lost: 0,
-            failure: Some(ProbeFailure::new(kind, why.to_string())),
-        };
-        if !(UD_HEADER..=self.shared.port.mtu.bytes().unwrap_or(4096) as usize).contains(&size) {
-            return fail(
+        self.start_probe(session, warmup, iterations, size, timeout, deadline, clock)
+            .wait()
+    }
+
+    /// [`UdEndpoint::probe`] without waiting: the run goes to the endpoint's thread, which
+    /// serves up to [`MAX_ACTIVE_JOBS`] runs at once; take its result from the returned
+    /// [`PendingRun`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_probe(
+        &self,
+        session: &SessionGuard,
+        warmup: u64,
+        iterations: u64,
+        size: usize,
+        timeout: Duration,
+        deadline: Instant,
+        clock: &Clock,
+    ) -> PendingRun {
+        if !(UD_HEADER_V2..=self.shared.port.mtu.bytes().unwrap_or(4096) as usize).contains(&size) {
+            return PendingRun::done(UdRun::failed(
                 FailureKind::Setup,
-                &format!("UD probes carry {UD_HEADER} bytes to one MTU, not {size}"),
-            );
+                format!("UD probes carry {UD_HEADER_V2} bytes to one MTU, not {size}"),
+            ));
         }
         let (tx, rx) = mpsc::channel();
         let job = Job {
@@ -537,16 +811,17 @@ impl UdEndpoint {
             .as_ref()
             .is_some_and(|jobs| jobs.send(job).is_ok());
         if !sent {
-            return fail(FailureKind::NoDevice, "the UD endpoint stopped");
+            return PendingRun::done(UdRun::failed(
+                FailureKind::NoDevice,
+                "the UD endpoint stopped",
+            ));
         }
         // The thread always answers by the deadline; the margin covers its idle wait.
-        let wait = deadline.saturating_duration_since(Instant::now()) + IDLE_WAIT * 10;
-        rx.recv_timeout(wait).unwrap_or_else(|_| {
-            fail(
-                FailureKind::Timeout,
-                "the UD endpoint did not finish the run",
-            )
-        })
+        PendingRun {
+            rx,
+            give_up: deadline.max(Instant::now()) + IDLE_WAIT * 10,
+            done: None,
+        }
     }
 }
 
@@ -635,7 +910,7 @@ fn serve(shared: &Shared, verbs: Verbs, jobs: mpsc::Receiver<Job>) {
         next_send: 0,
         wcs: Vec::with_capacity(32),
     };
-    let mut active: Option<Active> = None;
+    let mut active: Vec<Active> = Vec::with_capacity(MAX_ACTIVE_JOBS);
     // When the loop last found nothing to do after some work (None while busy).
     let mut idle_since: Option<Instant> = None;
     let mut flushes = 0u32;
@@ -643,32 +918,35 @@ fn serve(shared: &Shared, verbs: Verbs, jobs: mpsc::Receiver<Job>) {
     while !shared.stop.load(Ordering::Relaxed) {
         let mut busy = s.poll_sends();
         busy |= s.poll_recvs(&mut active);
-        if active.is_none() {
-            if let Ok(job) = jobs.try_recv() {
-                active = Some(Active {
-                    seq: 0,
-                    job,
-                    waiting: None,
-                    done: 0,
-                    lost_in_a_row: 0,
-                    run: UdRun {
-                        samples_ns: Vec::new(),
-                        sent: 0,
-                        lost: 0,
-                        failure: None,
-                    },
-                });
-            }
+        while active.len() < MAX_ACTIVE_JOBS {
+            let Ok(job) = jobs.try_recv() else { break };
+            active.push(Active {
+                seq: 0,
+                job,
+                waiting: None,
+                done: 0,
+                lost_in_a_row: 0,
+                run: UdRun::default(),
+            });
         }
         // The hot loops read the job's cheap clock, not Instant::now() (~1 us in a TCG
         // guest), so a reply is seen within a fraction of a microsecond.
-        if let Some(a) = active.as_mut() {
-            if s.step(a) {
-                let a = active.take().expect("active");
-                let _ = a.job.done.send(a.run);
-                (idle_since, idle_spins) = (None, 0);
-            } else if a.waited_ns() > YIELD_AFTER.as_nanos() as f64 {
-                // A reply this late: let the other threads (maybe the responder) run.
+        if !active.is_empty() {
+            let mut i = 0;
+            let mut all_late = true;
+            while i < active.len() {
+                if s.step(&mut active[i]) {
+                    let a = active.swap_remove(i);
+                    s.finish(a);
+                    (idle_since, idle_spins) = (None, 0);
+                    all_late = false;
+                    continue;
+                }
+                all_late &= active[i].waited_ns() > YIELD_AFTER.as_nanos() as f64;
+                i += 1;
+            }
+            if all_late {
+                // Every reply this late: let the other threads (maybe the responder) run.
                 std::thread::yield_now();
             }
             continue;
@@ -705,13 +983,12 @@ fn serve(shared: &Shared, verbs: Verbs, jobs: mpsc::Receiver<Job>) {
             meter.flush(&shared.stats.cpu_ns);
         }
     }
-    if let Some(a) = active.take() {
-        let mut run = a.run;
-        run.failure = Some(ProbeFailure::new(
+    for mut a in active {
+        a.run.failure = Some(ProbeFailure::new(
             FailureKind::NoDevice,
             "the UD endpoint stopped",
         ));
-        let _ = a.job.done.send(run);
+        s.finish(a);
     }
     meter.flush(&shared.stats.cpu_ns);
 }
@@ -760,7 +1037,7 @@ impl Server<'_> {
     }
 
     /// Handle arrived datagrams; true when there were any.
-    fn poll_recvs(&mut self, active: &mut Option<Active>) -> bool {
+    fn poll_recvs(&mut self, active: &mut [Active]) -> bool {
         let mut wcs = std::mem::take(&mut self.wcs);
         wcs.clear();
         let n = match self.verbs.recv_cq.poll_into(&mut wcs, 32) {
@@ -778,7 +1055,7 @@ impl Server<'_> {
         n > 0
     }
 
-    fn on_recv(&mut self, wc: &WorkCompletion, active: &mut Option<Active>) {
+    fn on_recv(&mut self, wc: &WorkCompletion, active: &mut [Active]) {
         let slot = wc.wr_id as usize;
         if slot >= RECV_SLOTS {
             return;
@@ -815,16 +1092,17 @@ impl Server<'_> {
         &mut self,
         wc: &WorkCompletion,
         slot: usize,
-        active: &mut Option<Active>,
+        active: &mut [Active],
     ) -> Result<(), DropReason> {
         let len = (wc.byte_len as usize).min(self.verbs.slot);
         if len < GRH_LEN + UD_HEADER {
             return Err(DropReason::Malformed);
         }
-        let mut head = [0u8; GRH_LEN + UD_HEADER];
+        let mut buf = [0u8; GRH_LEN + UD_HEADER_V2];
+        let head = &mut buf[..len.min(GRH_LEN + UD_HEADER_V2)];
         self.verbs
             .mr
-            .read(slot * self.verbs.slot, &mut head)
+            .read(slot * self.verbs.slot, head)
             .map_err(|_| DropReason::Malformed)?;
         let (grh, payload) = head.split_at(GRH_LEN);
         let d = Datagram::decode(payload)?;
@@ -846,26 +1124,39 @@ impl Server<'_> {
         }
         if d.reply {
             let a = active
-                .as_mut()
-                .filter(|a| a.job.session == d.session && a.waiting == Some((d.seq, d.stamp)))
+                .iter_mut()
+                .find(|a| a.job.session == d.session && a.waiting == Some((d.seq, d.stamp)))
                 .ok_or(DropReason::Unexpected)?;
+            // Nothing moves before every check passed.
+            let counted = session.book.check(d.seq, d.received)?;
             let rtt = a
                 .job
                 .clock
                 .ticks_to_ns(a.job.clock.now().wrapping_sub(d.stamp));
             a.waiting = None;
             a.lost_in_a_row = 0;
+            a.run.replies += 1;
             if a.done >= a.job.warmup {
                 a.run.samples_ns.push(rtt);
             }
             a.done += 1;
+            if let (true, Some(r)) = (counted, d.received) {
+                let (req, rep) = session.book.attribute(d.seq, r);
+                a.run.lost_request += req;
+                a.run.lost_reply += rep;
+            }
             return Ok(());
         }
         if d.seq <= session.last_seq {
             return Err(DropReason::Replay);
         }
         session.last_seq = d.seq;
-        let reply = Datagram { reply: true, ..d };
+        session.received += 1;
+        let reply = Datagram {
+            reply: true,
+            received: d.received.map(|_| session.received),
+            ..d
+        };
         let (key, ah, peer) = (session.key, Arc::clone(&session.ah), session.peer);
         drop(sessions);
         let size = len - GRH_LEN;
@@ -892,10 +1183,10 @@ impl Server<'_> {
         }
         let v = &mut self.verbs;
         let off = (RECV_SLOTS + self.next_send) * v.slot;
-        let mut buf = [0u8; UD_HEADER];
+        let mut buf = [0u8; UD_HEADER_V2];
         d.encode(key, &mut buf);
-        let size = size.clamp(UD_HEADER, v.slot - GRH_LEN);
-        v.mr.write(off, &buf)
+        let size = size.clamp(d.len(), v.slot - GRH_LEN);
+        v.mr.write(off, &buf[..d.len()])
             .map_err(|e| ProbeFailure::setup("UD send slot", e))?;
         let sge = Sge {
             mr: &v.mr,
@@ -921,10 +1212,11 @@ impl Server<'_> {
             if a.waited_ns() < a.job.timeout.as_nanos() as f64 {
                 return false;
             }
-            // Lost: no reply within the timeout.
+            // Lost: no reply within the timeout (which way: see LossBook).
             a.waiting = None;
-            if a.done >= a.job.warmup {
-                a.run.lost += 1;
+            if let Some(s) = lock(&self.shared.sessions).get_mut(&(a.job.session, Role::Requester))
+            {
+                s.book.unanswered += 1;
             }
             a.done += 1;
             a.lost_in_a_row += 1;
@@ -969,16 +1261,28 @@ impl Server<'_> {
             session: a.job.session,
             seq,
             stamp,
+            received: Some(0),
         };
         if let Err(f) = self.send(&d, &key, &ah, peer, a.job.size) {
             a.run.failure = Some(f);
             return true;
         }
         a.waiting = Some((a.seq, stamp));
-        if a.done >= a.job.warmup {
-            a.run.sent += 1;
-        }
+        a.run.sent += 1;
         false
+    }
+
+    /// A run is over: a peer that answered nothing in it (or stopped answering) is silent,
+    /// its unattributed losses count as request loss; then the result goes to the engine.
+    fn finish(&mut self, mut a: Active) {
+        if a.run.replies == 0 || a.run.failure.is_some() {
+            if let Some(s) = lock(&self.shared.sessions).get_mut(&(a.job.session, Role::Requester))
+            {
+                a.run.lost_request += s.book.silent();
+            }
+        }
+        a.run.lost = a.run.lost_request + a.run.lost_reply;
+        let _ = a.job.done.send(a.run);
     }
 }
 
@@ -1024,7 +1328,107 @@ mod tests {
             session: 0x1122_3344_5566_7788,
             seq: 42,
             stamp: 0xdead_beef,
+            received: None,
         }
+    }
+
+    #[test]
+    fn a_version_2_reply_carries_its_count_under_the_tag() {
+        let reply = Datagram {
+            reply: true,
+            received: Some(40),
+            ..request()
+        };
+        let mut b = [0u8; 64];
+        reply.encode(&KEY, &mut b);
+        assert_eq!(b[4], 2);
+        assert_eq!(reply.len(), UD_HEADER_V2);
+        assert_eq!(Datagram::decode(&b), Ok(reply));
+        assert!(Datagram::verify(&b, &KEY));
+        // Every byte up to the tag is covered, the count included.
+        for i in 0..TAGGED_V2 {
+            let mut bad = b;
+            bad[i] ^= 0x01;
+            assert!(!Datagram::verify(&bad, &KEY), "byte {i} is not covered");
+        }
+        // A version 2 datagram cut to the version 1 length is malformed, not misread.
+        assert_eq!(Datagram::decode(&b[..50]), Err(DropReason::Malformed));
+        assert!(!Datagram::verify(&b[..50], &KEY));
+        // A version 1 datagram relabelled as version 2 does not verify.
+        let mut v1 = [0u8; 64];
+        request().encode(&KEY, &mut v1);
+        v1[4] = 2;
+        assert!(!Datagram::verify(&v1, &KEY));
+        let mut v3 = b;
+        v3[4] = 3;
+        assert_eq!(Datagram::decode(&v3), Err(DropReason::Malformed));
+    }
+
+    /// The prober's book of one session: requests 1..=10, the peer received 1..=6 but 4
+    /// (request 4 lost on the way), and replied to all it received but 5 and 6 (lost on the
+    /// way back); 7..=10 never arrived. Replies: 1, 2, 3, then silence from 4 on.
+    #[test]
+    fn loss_is_split_by_direction_from_the_replies_counts() {
+        let mut b = LossBook::default();
+        for seq in 1..=3 {
+            assert_eq!(b.check(seq, Some(seq)), Ok(true));
+            assert_eq!(b.attribute(seq, seq), (0, 0));
+        }
+        // 4, 5, 6 time out: not attributed yet.
+        b.unanswered += 3;
+        // Reply to 7 (say it came back): the peer had received 1, 2, 3, 5, 6, 7 = 6.
+        assert_eq!(b.check(7, Some(6)), Ok(true));
+        assert_eq!(
+            b.attribute(7, 6),
+            (1, 2),
+            "4 lost going, 5 and 6 coming back"
+        );
+        // Then 8..=10 time out and the run ends without another reply: the peer is silent
+        // since, those count as request loss.
+        b.unanswered += 3;
+        assert_eq!(b.silent(), 3);
+        assert_eq!((b.request, b.reply), (4, 2));
+        assert_eq!(b.request + b.reply, b.unanswered);
+        // The peer answers again at 11 with 9 received: 8 and 9 had arrived after all (their
+        // replies were lost). The request counter never goes back; nothing is counted twice.
+        assert_eq!(b.check(11, Some(9)), Ok(true));
+        assert_eq!(b.attribute(11, 9), (0, 0));
+        assert_eq!(b.request + b.reply, b.unanswered);
+        // Silence with nothing pending adds nothing.
+        assert_eq!(b.silent(), 0);
+    }
+
+    /// Replies whose count cannot be true are refused before anything moves: a forged or
+    /// replayed reply never moves loss (nor, since the engine checks it before it takes the
+    /// sample, latency).
+    #[test]
+    fn impossible_counts_are_refused_and_move_nothing() {
+        // Requests 1..=5, 1 and 2 never arrived: the reply to 5 says 3.
+        let mut b = LossBook {
+            unanswered: 2,
+            ..LossBook::default()
+        };
+        assert_eq!(b.check(5, Some(3)), Ok(true));
+        assert_eq!(b.attribute(5, 3), (2, 0));
+        let before = b;
+        for (seq, r) in [
+            (6, 7), // more received than sent
+            (6, 0), // a reply counts its own request
+            (5, 3), // not a later sequence than the last accepted reply (replayed)
+            (4, 3), // an older one
+            (7, 2), // fewer received than an earlier reply said
+            (7, 6), // 3 more received since the last reply, only 2 sent since
+        ] {
+            assert_eq!(
+                b.check(seq, Some(r)),
+                Err(DropReason::BadCount),
+                "{seq} {r}"
+            );
+            assert_eq!(b, before);
+        }
+        assert_eq!(b.check(7, Some(5)), Ok(true));
+        // Version 1 replies carry no count: accepted, nothing to attribute.
+        assert_eq!(b.check(6, None), Ok(false));
     }
 
     #[test]

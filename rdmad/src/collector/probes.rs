@@ -3,36 +3,71 @@
 //! probes on its own interval in its own threads (started by `--probe.enable`); a scrape only
 //! copies its latest results, it never probes.
 //!
-//! - `rdma_probe_latency_seconds{device,port,op,kind,peer,transport}`: histogram of every
-//!   sample so far (one-way for loopback send/write, round trip for read and peers); `kind` is
-//!   `loopback` or `peer`, `peer` is empty for loopback; `transport` is `ud` (UD echo, op
-//!   `send`) or `rc` (loopback, and RC peers' read/write): the same series for both
-//!   transports (`--probe.transport`)
-//! - `rdma_probe_sent_total{...}`, `rdma_probe_lost_total{...}`: timed requests to a peer, and
-//!   those without an answer within the timeout (UD: the reply timeout; RC: the request a
-//!   failed run stopped at); loss ratio = lost / sent
+//! Per probed peer, by default at most 6 series (labels `device,port,op,kind="peer",peer,
+//! transport,peer_rack`):
+//!
+//! - `rdma_probe_sent_total{...}`: requests sent to the peer (UD: every request, warmup
+//!   included; RC: the timed ones)
+//! - `rdma_probe_lost_total{...,direction}`: requests without an answer within the timeout,
+//!   `direction="request"` (the peer never received it: prober -> peer) or `"reply"` (the
+//!   peer received it, its reply never came back: peer -> prober), from the `received` count
+//!   the peer's UD replies carry; losses after the last reply are attributed when the next
+//!   reply comes, and as `request` when a run gets no reply at all or fails (a silent peer).
+//!   RC losses are all `request`. Loss ratio = sum of both / sent
+//! - `rdma_probe_latency_last_seconds{...,stat}`: `typical` and `p99` of the last successful
+//!   run (round trips)
+//! - `rdma_probe_peer_status{device,peer,peer_rack}`: the last outcome's verdict, 0 ok,
+//!   1 agent (TCP refused at once or the handshake failed: the peer's rdmad refuses or is
+//!   absent), 2 host (the TCP connect timed out: unreachable), 3 rdma (TCP and handshake
+//!   work, the UD requests go unanswered or the RDMA run fails); absent until the first
+//!   attempt ended
+//!
+//! With `--probe.peer-histograms` (off by default) peers also get the loopback targets'
+//! detail: `rdma_probe_latency_seconds` (histogram: 15 buckets, sum, count), the other five
+//! stats, `rdma_probe_runs_total` and `rdma_probe_failures_total{...,status}`: 29 series per
+//! healthy peer instead of 6.
+//!
+//! Totals at the default `--probe.mesh-max` 64 (racks of 32, as bench's pinglist_sim): up to
+//! 65 hosts every host probes every other one (6 x (n - 1) per host). Above it a host probes
+//! its rack (from both sides) and, over the planner's walk, the cross-rack peers in the half
+//! of the ring ahead of it (each cross-rack pair from one side), and keeps their series while
+//! discovery lists them: 1,000 hosts: 31,000 + 484,000 = 515,000 probed pairs, 3.09 M series
+//! (about 3,090 per host); 10,000 hosts: 310,000 + 49,840,000 = 50.15 M pairs, 301 M series
+//! (about 30,090 per host), plus a few dozen engine-wide series per host.
+//!
+//! Loopback targets (labels as above, `kind="loopback"`, `peer=""`, `transport="rc"`):
+//!
+//! - `rdma_probe_latency_seconds{...}`: histogram of every sample so far (one-way for
+//!   send/write, round trip for read)
 //! - `rdma_probe_latency_last_seconds{...,stat}`: perftest's summary of the last successful
 //!   run, stat = min|max|typical|avg|stdev|p99|p99_9
 //! - `rdma_probe_runs_total{...}`, `rdma_probe_failures_total{...,status}` (work-completion
-//!   status name such as `RETRY_EXC_ERR`, or `TIMEOUT`, `CONNECT_ERR`, ...),
-//!   `rdma_probe_up{...}`
+//!   status name such as `RETRY_EXC_ERR`, or `TIMEOUT`, `CONNECT_ERR`, `HOST_UNREACHABLE`,
+//!   ...), `rdma_probe_up{...}`
+//!
+//! Per host:
+//!
+//! - `rdma_probe_round_duration_seconds`: the last peer round's duration (its start to its
+//!   last run's end; at most the interval unless the host is overloaded), and
+//!   `rdma_probe_rounds_late_total`: peer rounds longer than `--probe.interval` (with peers
+//!   configured)
 //! - `rdma_probe_mr_registration_seconds{device,size_bytes}` (histogram),
 //!   `rdma_probe_mr_registration_last_seconds`, `rdma_probe_mr_registration_failures_total`
-//! - peer series also carry `peer_rack`, the peer's `rack` label from discovery (empty when
-//!   it has none); with `--probe.peer-histograms=false` peers get no latency histogram
-//!   (summary, runs and failures stay): 17 series per peer less (15 buckets, sum, count)
+//! - peer series carry `peer_rack`, the peer's `rack` label from discovery (empty when it
+//!   has none)
 //! - `rdma_probe_discovered_peers{source}` (static, dns, file; this host excluded),
 //!   `rdma_probe_discovery_invalid_entries{source}` (skipped in the last refresh),
 //!   `rdma_probe_discovery_errors_total{source,reason}`, `rdma_probe_pinglist_peers` (peers
 //!   planned in the last round)
-//! - `rdma_probe_peer_connected{peer,peer_rack}`, `rdma_probe_handshakes_accepted_total`,
+//! - `rdma_probe_handshakes_accepted_total`,
 //!   `rdma_probe_handshakes_refused_total{reason}` (`malformed`, `bad_mac`, `replay`,
 //!   `timeout`: no complete handshake in time, `busy`: no handshake slot free, `io`,
 //!   `responder`), `rdma_probe_cpu_seconds_total`,
 //!   `rdma_probe_rounds_total`
 //! - `rdma_probe_ud_dropped_total{device,reason}`: UD datagrams the device's UD endpoint
 //!   dropped (`malformed`, `unknown_session`, `bad_tag`, `wrong_source`, `replay`,
-//!   `unexpected`, `recv_error`, `reply_failed`), every reason exported, zeros included;
+//!   `unexpected`, `bad_count`: a reply whose received count cannot be true, `recv_error`,
+//!   `reply_failed`), every reason exported, zeros included;
 //!   `rdma_probe_ud_answered_total{device}`, `rdma_probe_ud_sessions{device}`
 //!
 //! The mapping ([`emit`]) works on the engine's [`ProbeSnapshot`], whose types build without
@@ -71,9 +106,17 @@ const MR_REGISTRATION_FAILURES: Declared = Declared::counter(
     "rdma_probe_mr_registration_failures",
     "Failed MR registrations",
 );
-const PEER_CONNECTED: Declared = Declared::gauge(
-    "rdma_probe_peer_connected",
-    "Whether the probe connection to a peer is up",
+const PEER_STATUS: Declared = Declared::gauge(
+    "rdma_probe_peer_status",
+    "A peer's verdict from its last probe: 0 ok, 1 agent (TCP refused or handshake failed: its rdmad refuses or is absent), 2 host (TCP connect timed out: unreachable), 3 rdma (TCP and handshake work, the RDMA probes go unanswered or fail)",
+);
+const ROUND_DURATION_SECONDS: Declared = Declared::gauge(
+    "rdma_probe_round_duration_seconds",
+    "Duration of the last peer probe round, from its start to its last run's end",
+);
+const ROUNDS_LATE: Declared = Declared::counter(
+    "rdma_probe_rounds_late",
+    "Peer probe rounds that took longer than the probe interval",
 );
 const HANDSHAKES_REFUSED: Declared = Declared::counter(
     "rdma_probe_handshakes_refused",
@@ -106,11 +149,11 @@ const PINGLIST_PEERS: Declared = Declared::gauge(
 );
 const SENT: Declared = Declared::counter(
     "rdma_probe_sent",
-    "Timed probe requests sent to a peer (both transports)",
+    "Probe requests sent to a peer (UD: every request, warmup included; RC: the timed ones)",
 );
 const LOST: Declared = Declared::counter(
     "rdma_probe_lost",
-    "Timed probe requests to a peer without an answer within the timeout",
+    "Probe requests to a peer without an answer within the timeout, by direction: request (the peer never received it) or reply (it did, the reply never came back), from the count the peer's replies carry; losses after the last reply are attributed at the next one, and count as request while the peer is silent (RC: all request)",
 );
 const UD_DROPPED: Declared = Declared::counter(
     "rdma_probe_ud_dropped",
@@ -140,7 +183,9 @@ pub const SPEC: CollectorSpec = CollectorSpec {
         MR_REGISTRATION_SECONDS,
         MR_REGISTRATION_LAST_SECONDS,
         MR_REGISTRATION_FAILURES,
-        PEER_CONNECTED,
+        PEER_STATUS,
+        ROUND_DURATION_SECONDS,
+        ROUNDS_LATE,
         HANDSHAKES_REFUSED,
         HANDSHAKES_ACCEPTED,
         CPU_SECONDS,
@@ -171,7 +216,7 @@ fn build(config: &CollectorConfig) -> Box<dyn Collector> {
 pub struct ProbeSource {
     #[cfg(feature = "verbs")]
     handle: Option<rdma_probe::ProbeHandle>,
-    /// `--probe.peer-histograms=false`: no latency histogram for peer targets.
+    /// Without `--probe.peer-histograms`: peers get the 6 default series only.
     #[cfg(feature = "verbs")]
     no_peer_histograms: bool,
 }
@@ -257,7 +302,7 @@ impl Default for ProbeSettings {
             peers_file: None,
             mesh_max: DEFAULT_MESH_MAX,
             rack: None,
-            peer_histograms: true,
+            peer_histograms: false,
             secret_file: None,
         }
     }
@@ -438,16 +483,23 @@ fn target_labels(snapshot: &ProbeSnapshot, t: &TargetResult) -> Labels {
     l
 }
 
-/// Add the metrics of the engine's `snapshot` to `out`; `peer_histograms` false
-/// (`--probe.peer-histograms=false`) leaves out the latency histograms of peer targets.
+/// The latency stats a peer gets by default; the others only with the peer detail.
+const PEER_STATS: [&str; 2] = ["typical", "p99"];
+
+/// Add the metrics of the engine's `snapshot` to `out`. Per peer by default at most 6
+/// series (sent, lost by direction, latency typical and p99, status); `peer_detail`
+/// (`--probe.peer-histograms`) adds the latency histogram, the other stats, runs and
+/// failures. Loopback targets always get everything.
 pub fn emit(
     snapshot: &ProbeSnapshot,
-    peer_histograms: bool,
+    peer_detail: bool,
     out: &mut MetricSet,
 ) -> anyhow::Result<()> {
     for t in &snapshot.targets {
         let l = target_labels(snapshot, t);
-        if peer_histograms || t.kind != "peer" {
+        let peer = t.kind == "peer";
+        let detail = peer_detail || !peer;
+        if detail {
             out.add_declared(
                 &LATENCY_SECONDS,
                 l.clone(),
@@ -464,22 +516,38 @@ pub fn emit(
                 ("p99", last.p99_us),
                 ("p99_9", last.p99_9_us),
             ] {
+                if !detail && !PEER_STATS.contains(&stat) {
+                    continue;
+                }
                 let mut lb = l.clone();
                 lb.push(("stat", stat.to_string()));
                 out.add_declared(&LATENCY_LAST_SECONDS, lb, Value::Float(us / 1e6))?;
             }
         }
-        out.add_declared(&RUNS, l.clone(), Value::Int(t.runs_total))?;
-        if t.kind == "peer" {
+        if peer {
             out.add_declared(&SENT, l.clone(), Value::Int(t.sent_total))?;
-            out.add_declared(&LOST, l.clone(), Value::Int(t.lost_total))?;
+            for (direction, n) in [
+                ("request", t.lost_request_total),
+                ("reply", t.lost_reply_total),
+            ] {
+                let mut lb = l.clone();
+                lb.push(("direction", direction.to_string()));
+                out.add_declared(&LOST, lb, Value::Int(n))?;
+            }
         }
+        if !detail {
+            continue;
+        }
+        out.add_declared(&RUNS, l.clone(), Value::Int(t.runs_total))?;
         for (status, n) in &t.failures_total {
             let mut lb = l.clone();
             lb.push(("status", status.clone()));
             out.add_declared(&FAILURES, lb, Value::Int(*n))?;
         }
-        out.add_declared(&UP, l, Value::Int(u64::from(t.up)))?;
+        if !peer {
+            // Peers have rdma_probe_peer_status instead.
+            out.add_declared(&UP, l, Value::Int(u64::from(t.up)))?;
+        }
     }
     for r in &snapshot.registrations {
         let l: Labels = vec![
@@ -501,17 +569,32 @@ pub fn emit(
         out.add_declared(&MR_REGISTRATION_FAILURES, l, Value::Int(r.failures_total))?;
     }
     for p in &snapshot.peers {
+        let Some(status) = p.status else {
+            // Not tried yet: no verdict.
+            continue;
+        };
+        let device = snapshot
+            .targets
+            .iter()
+            .find(|t| t.peer.as_deref() == Some(p.peer.as_str()))
+            .map(|t| t.device.clone())
+            .unwrap_or_default();
         out.add_declared(
-            &PEER_CONNECTED,
+            &PEER_STATUS,
             vec![
+                ("device", device),
                 ("peer", p.peer.clone()),
                 (
                     "peer_rack",
                     p.labels.get("rack").cloned().unwrap_or_default(),
                 ),
             ],
-            Value::Int(u64::from(p.connected)),
+            Value::Int(status.value()),
         )?;
+    }
+    if let Some(seconds) = snapshot.round_duration_seconds {
+        out.add_declared(&ROUND_DURATION_SECONDS, vec![], Value::Float(seconds))?;
+        out.add_declared(&ROUNDS_LATE, vec![], Value::Int(snapshot.rounds_late_total))?;
     }
     let d = &snapshot.discovery;
     for (source, n) in &d.peers {
@@ -608,6 +691,8 @@ mod tests {
             runs_total: 0,
             sent_total: 0,
             lost_total: 0,
+            lost_request_total: 0,
+            lost_reply_total: 0,
             failures_total: BTreeMap::new(),
             up: false,
             last_error: None,
@@ -637,6 +722,8 @@ mod tests {
             transport: PeerTransport::Ud,
             sent_total: 200,
             lost_total: 3,
+            lost_request_total: 1,
+            lost_reply_total: 2,
             ..target(
                 "peer",
                 "rxe_a",
@@ -648,6 +735,8 @@ mod tests {
         ProbeSnapshot {
             clock: None,
             rounds_total: 7,
+            round_duration_seconds: Some(1.25),
+            rounds_late_total: 2,
             cpu_seconds_total: 0.5,
             uptime_seconds: 70.0,
             targets: vec![write, peer],
@@ -668,6 +757,7 @@ mod tests {
                     "r2".to_string(),
                 )])),
                 planned: true,
+                status: Some(rdma_probe::PeerStatus::Host),
             }],
             handshakes_accepted_total: 4,
             handshakes_refused_total: BTreeMap::from([("bad_mac".to_string(), 1)]),
@@ -693,6 +783,7 @@ mod tests {
 
     fn text() -> String {
         let mut set = MetricSet::new();
+        // With the peer detail (the histogram tests below read the peer's).
         emit(&snapshot(), true, &mut set).unwrap();
         set.encode(Format::Text)
     }
@@ -783,7 +874,8 @@ mod tests {
         let text = text();
         for line in [
             format!("rdma_probe_sent_total{{{UD_PEER}}} 200\n"),
-            format!("rdma_probe_lost_total{{{UD_PEER}}} 3\n"),
+            format!("rdma_probe_lost_total{{{UD_PEER},direction=\"request\"}} 1\n"),
+            format!("rdma_probe_lost_total{{{UD_PEER},direction=\"reply\"}} 2\n"),
             "rdma_probe_ud_dropped_total{device=\"rxe_a\",reason=\"bad_tag\"} 5\n".into(),
             "rdma_probe_ud_dropped_total{device=\"rxe_a\",reason=\"malformed\"} 0\n".into(),
             "rdma_probe_ud_answered_total{device=\"rxe_a\"} 300\n".into(),
@@ -810,7 +902,9 @@ mod tests {
             "rdma_probe_cpu_seconds_total 0.5\n",
             "rdma_probe_handshakes_accepted_total 4\n",
             "rdma_probe_handshakes_refused_total{reason=\"bad_mac\"} 1\n",
-            "rdma_probe_peer_connected{peer=\"10.0.0.2:9737\",peer_rack=\"r2\"} 0\n",
+            "rdma_probe_peer_status{device=\"rxe_a\",peer=\"10.0.0.2:9737\",peer_rack=\"r2\"} 2\n",
+            "rdma_probe_round_duration_seconds 1.25\n",
+            "rdma_probe_rounds_late_total 2\n",
             "rdma_probe_discovered_peers{source=\"dns\"} 1\n",
             "rdma_probe_discovery_invalid_entries{source=\"file\"} 2\n",
             "rdma_probe_discovery_errors_total{source=\"dns\",reason=\"no_records\"} 3\n",
@@ -824,26 +918,59 @@ mod tests {
     }
 
     #[test]
-    fn without_peer_histograms_peers_keep_summaries_runs_and_up_only() {
+    fn by_default_peers_get_sent_lost_by_direction_two_stats_and_a_status_only() {
         let mut snap = snapshot();
         snap.targets[1].last = Some(one_sample_summary(20.0));
+        snap.targets[1]
+            .failures_total
+            .insert("TIMEOUT".to_string(), 1);
         let mut set = MetricSet::new();
         emit(&snap, false, &mut set).unwrap();
         let text = set.encode(Format::Text);
-        assert!(
-            !text
-                .lines()
-                .any(|l| l.starts_with("rdma_probe_latency_seconds") && l.contains(UD_PEER)),
+        let peer_lines: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains("peer=\"10.0.0.2:9737\""))
+            .collect();
+        let families: std::collections::BTreeSet<String> = peer_lines
+            .iter()
+            .map(|l| {
+                let name = &l[..l.find('{').unwrap()];
+                match l.find("stat=\"").or(l.find("direction=\"")) {
+                    Some(i) => format!("{name}{{{}", &l[i..l[i..].find('}').unwrap() + i]),
+                    None => name.to_string(),
+                }
+            })
+            .collect();
+        assert_eq!(
+            families.into_iter().collect::<Vec<_>>(),
+            [
+                "rdma_probe_latency_last_seconds{stat=\"p99\"",
+                "rdma_probe_latency_last_seconds{stat=\"typical\"",
+                "rdma_probe_lost_total{direction=\"reply\"",
+                "rdma_probe_lost_total{direction=\"request\"",
+                "rdma_probe_peer_status",
+                "rdma_probe_sent_total",
+            ],
             "{text}"
         );
+        assert_eq!(peer_lines.len(), 6, "{text}");
         assert!(
             text.contains(&format!("rdma_probe_latency_seconds_count{{{WRITE}}} 6\n")),
             "loopback keeps its histogram"
         );
+        assert!(
+            text.contains(&format!("rdma_probe_up{{{WRITE}}} 1\n")),
+            "and its up"
+        );
+        // With the peer detail: histogram, every stat, runs, failures; never `up` for a peer
+        // (rdma_probe_peer_status is its verdict).
+        let mut set = MetricSet::new();
+        emit(&snap, true, &mut set).unwrap();
+        let text = set.encode(Format::Text);
         for family in [
-            "rdma_probe_latency_last_seconds{",
+            "rdma_probe_latency_seconds_count{",
             "rdma_probe_runs_total{",
-            "rdma_probe_up{",
+            "rdma_probe_failures_total{",
         ] {
             assert!(
                 text.lines()
@@ -851,6 +978,13 @@ mod tests {
                 "{family} for the peer: {text}"
             );
         }
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("rdma_probe_up{") && l.contains(UD_PEER)),
+            "{text}"
+        );
+        assert!(!text.contains("rdma_probe_peer_connected"), "{text}");
     }
 
     /// The series per peer of a healthy UD peer (a summary, no failure), with the engine's
@@ -876,6 +1010,8 @@ mod tests {
                     runs_total: 1,
                     sent_total: 100,
                     lost_total: 0,
+                    lost_request_total: 0,
+                    lost_reply_total: 0,
                     failures_total: BTreeMap::new(),
                     up: true,
                     last_error: None,
@@ -887,6 +1023,7 @@ mod tests {
                     backoff_seconds: 0.0,
                     labels: Default::default(),
                     planned: true,
+                    status: Some(rdma_probe::PeerStatus::Ok),
                 });
             }
             let mut set = MetricSet::new();
@@ -896,15 +1033,16 @@ mod tests {
                 .filter(|l| !l.starts_with('#') && l.contains("peer=\"10.0."))
                 .count()
         };
-        // 14 bounds + Inf = 15 buckets, sum, count; 7 summary stats; runs, sent, lost, up;
-        // connected.
+        // Default: sent, lost{request}, lost{reply}, latency typical and p99, status = 6.
+        // Detail: 14 bounds + Inf = 15 buckets, sum, count; 7 stats; runs; sent, lost x 2;
+        // status = 29 (a failure adds one per failure name).
         assert_eq!(rdma_probe::snapshot::LATENCY_BUCKETS.len(), 14);
+        assert_eq!(per_peer(1, false), 6);
         assert_eq!(per_peer(1, true), 29);
-        assert_eq!(per_peer(1, false), 12);
+        assert_eq!(per_peer(64, false), 384);
         assert_eq!(per_peer(64, true), 1_856);
-        assert_eq!(per_peer(64, false), 768);
+        assert_eq!(per_peer(1000, false), 6_000);
         assert_eq!(per_peer(1000, true), 29_000);
-        assert_eq!(per_peer(1000, false), 12_000);
     }
 
     #[test]

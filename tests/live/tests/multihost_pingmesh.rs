@@ -32,7 +32,7 @@ fn ensure_rdmad(host: &str) {
         "if [ -f /tmp/rdmad-pm.pid ] && kill -0 $(cat /tmp/rdmad-pm.pid) 2>/dev/null; then exit 0; fi; \
          echo {SECRET} > /tmp/pm.secret; \
          rdmad --web.listen-address=127.0.0.1:{WEB} --probe.enable --probe.interval 2 \
-           --probe.iterations 20 --probe.mr-sizes= --probe.devices rxe0 \
+           --probe.iterations 20 --probe.mr-sizes= --probe.devices rxe0 --probe.peer-histograms \
            --probe.listen=:{PROBE_PORT} --probe.peers-dns rdmad.lab \
            --probe.secret-file /tmp/pm.secret > /tmp/rdmad-pm.log 2>&1 & \
          echo $! > /tmp/rdmad-pm.pid"
@@ -80,6 +80,15 @@ fn pair(s: &BTreeMap<String, f64>, name: &str, dst: &str, extra: &[(&str, &str)]
     value(s, name, &want)
 }
 
+/// `rdma_probe_peer_status` of `dst` (0 ok, 1 agent, 2 host, 3 rdma).
+fn status(s: &BTreeMap<String, f64>, dst: &str) -> Option<f64> {
+    value(
+        s,
+        "rdma_probe_peer_status",
+        &[("peer", peer_key(dst).as_str())],
+    )
+}
+
 /// Scrape every host until `cond` holds for all of them, at most `limit`; fails with the
 /// last scrapes.
 fn wait_all(
@@ -119,9 +128,8 @@ fn wait_all(
                     let lines: Vec<String> = s
                         .iter()
                         .filter(|(k, _)| {
-                            k.starts_with("rdma_probe_up{") && k.contains("kind=\"peer\"")
+                            k.starts_with("rdma_probe_peer_status{")
                                 || k.starts_with("rdma_probe_discover")
-                                || k.starts_with("rdma_probe_peer_connected")
                         })
                         .map(|(k, v)| format!("  {k} {v}"))
                         .collect();
@@ -152,7 +160,7 @@ fn a_every_rdmad_discovers_the_others_from_the_dns_name_and_the_matrix_has_12_pa
             value(s, "rdma_probe_discovered_peers", &[("source", "dns")]) == Some(3.0)
                 && others(h).iter().all(|o| {
                     pair(s, "rdma_probe_runs_total", o, &[]).unwrap_or(0.0) >= 2.0
-                        && pair(s, "rdma_probe_up", o, &[]) == Some(1.0)
+                        && status(s, o) == Some(0.0)
                 })
         },
     );
@@ -219,11 +227,7 @@ fn c_kill_h4_unreachable_then_out_of_dns_series_gone_then_back_recovered() {
         &HOSTS,
         Duration::from_secs(300),
         "all pairs up before the kill",
-        &|h, s| {
-            others(h)
-                .iter()
-                .all(|o| pair(s, "rdma_probe_up", o, &[]) == Some(1.0))
-        },
+        &|h, s| others(h).iter().all(|o| status(s, o) == Some(0.0)),
     );
     let _restore = RestoreH4;
     fault("kill h4");
@@ -232,12 +236,11 @@ fn c_kill_h4_unreachable_then_out_of_dns_series_gone_then_back_recovered() {
         Duration::from_secs(300),
         "h4 unreachable from h1..h3",
         &|h, s| {
-            pair(s, "rdma_probe_up", "h4", &[]) == Some(0.0)
-                && value(s, "rdma_probe_peer_connected", &[("peer", &peer_key("h4"))]) == Some(0.0)
+            status(s, "h4").is_some_and(|v| v >= 1.0)
                 && others(h)
                     .iter()
                     .filter(|o| **o != "h4")
-                    .all(|o| pair(s, "rdma_probe_up", o, &[]) == Some(1.0))
+                    .all(|o| status(s, o) == Some(0.0))
         },
     );
 
@@ -272,7 +275,7 @@ fn c_kill_h4_unreachable_then_out_of_dns_series_gone_then_back_recovered() {
         &|h, s| {
             value(s, "rdma_probe_discovered_peers", &[("source", "dns")]) == Some(3.0)
                 && others(h).iter().all(|o| {
-                    pair(s, "rdma_probe_up", o, &[]) == Some(1.0)
+                    status(s, o) == Some(0.0)
                         && pair(s, "rdma_probe_runs_total", o, &[]).unwrap_or(0.0) >= 1.0
                 })
         },

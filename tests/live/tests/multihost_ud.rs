@@ -90,6 +90,7 @@ fn h1_probes_every_other_host_over_ud_with_one_ud_qp_per_host() {
         "--probe.interval",
         "1",
         "--probe.mr-sizes=",
+        "--probe.peer-histograms",
         "--probe.transport",
         "ud",
         "--probe.peers-file",

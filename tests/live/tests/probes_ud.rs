@@ -447,6 +447,7 @@ impl Rogue {
             session,
             seq,
             stamp: 99,
+            received: None,
         }
         .encode(key, &mut b);
         b
