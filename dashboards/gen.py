@@ -642,11 +642,11 @@ PAIR_RULES = [
      "count by (job, prober) (rdma:probe_pair_latency_high) * 2\n"
      "> count by (job, prober) (rdma:probe_pair_latency_seconds:typical)"),
     ("rdma:probe_host_slow",
-     'label_replace(label_replace(label_replace(\n  '
+     'max by (job, host, a, b) (label_replace(label_replace(label_replace(\n  '
      + majority("count by (job, target) (rdma:probe_pair_latency_high unless on (job, prober) rdma:probe_prober_latency_loaded)",
                 "count by (job, target) (rdma:probe_pair_latency_seconds:typical unless on (job, prober) rdma:probe_prober_latency_loaded)",
                 "job, target").replace("\n", "\n  ")
-     + '\n, "host", "$1", "target", "(.*)"), "a", "$1", "host", "(.*)"), "b", "$1", "host", "(.*)")'),
+     + '\n, "host", "$1", "target", "(.*)"), "a", "$1", "host", "(.*)"), "b", "$1", "host", "(.*)"))'),
 ]
 
 
