@@ -531,11 +531,13 @@ def probes():
 # leaving those targets out, then the targets again leaving those probers out. A failing
 # pair that neither end explains is a path. Windows are 30 s (15 scrapes at 2 s) so alerts
 # resolve within a minute of the fault's end.
-MESH_LOSS_RATIO = 0.02          # a pair is lossy above 2% in one direction over the window
-MESH_WINDOW = "30s"
-MESH_MIN_COUNTERPARTS = 2       # a host culprit needs at least this many counterparts agreeing
-MESH_LATENCY_FACTOR = 2         # a pair is slow above twice its own baseline...
-MESH_LATENCY_MIN_DELTA = 0.0002  # ...and at least 200 us above it
+# The thresholds: dashboards/pingmesh.toml, which `rdmactl mesh` reads too.
+MESH = tomllib.loads((ROOT / "dashboards/pingmesh.toml").read_text())
+MESH_LOSS_RATIO = MESH["loss_ratio"]
+MESH_WINDOW = f"{MESH['window_seconds']}s"
+MESH_MIN_COUNTERPARTS = MESH["min_counterparts"]
+MESH_LATENCY_FACTOR = f"{MESH['latency_factor']:g}"
+MESH_LATENCY_MIN_DELTA = MESH["latency_min_delta_seconds"]
 PAIR = "job, instance, peer, peer_rack"
 NAMES = "* on (job, instance, peer) group_left (prober, target) rdma:probe_pair_names"
 STRIP_PORT = '"(.*?)(?::[0-9]+)?"'
