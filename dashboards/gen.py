@@ -548,7 +548,9 @@ def fault_view(request, reply):
     the given side calls request loss and reply loss."""
     lossy = lambda d, f: (f'label_replace(max without (direction) (rdma:probe_pair_loss_direction:ratio{MESH_WINDOW}'
                           f'{{direction="{d}"}} > {MESH_LOSS_RATIO}), "fault", "{f}", "", "")\n'
-                          f'  unless on (job, instance, peer) (rdma:probe_pair_status > 0)')
+                          # A pair down in the window: its unanswered probes are the
+                          # layer's, not loss (nor loss for a window after it heals).
+                          f'  unless on (job, instance, peer) (max_over_time(rdma:probe_pair_status[{MESH_WINDOW}]) > 0)')
     return ('label_replace(rdma:probe_pair_status == 1, "fault", "agent", "", "")\n'
             'or label_replace(rdma:probe_pair_status == 2, "fault", "host", "", "")\n'
             'or label_replace(rdma:probe_pair_status == 3, "fault", "rdma", "", "")\n'

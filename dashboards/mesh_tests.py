@@ -143,7 +143,7 @@ def render():
            "#   promtool test rules dashboards/rules/rdma.mesh.test.yml",
            "# Pingmesh localization: one test per fault on a 4-host and a 3-host mesh; each asserts",
            "# the complete set of firing pingmesh alerts during the fault (after the rules' 2m `for:`)",
-           f"# and that none is left {END - FAULT_END - 60} s after a minute without it.",
+           f"# and that none is left a minute after it; a pair that was down is no lossy pair once up.",
            "rule_files:", "  - rdma.rules.yml", f"evaluation_interval: {STEP}s", "", "tests:"]
     sel = f'ALERTS{{alertstate="firing", alertname=~"{MESH_ALERTS}"}}'
     for n, lab in ((4, False), (3, True)):
@@ -163,6 +163,10 @@ def render():
                 out.append("        exp_samples: []")
             out += [f"      - expr: '{sel}'", f"        eval_time: {FAULT_END + 60}s",
                     "        exp_samples: []"]
+            if any((fault(p, t) or (0,))[0] for p in m.hosts for t in m.hosts if p != t):
+                # A pair that was down: its unanswered probes are not loss once it is up.
+                out += ["      - expr: rdma:probe_pair_fault:target_view",
+                        f"        eval_time: {FAULT_END + STEP}s", "        exp_samples: []"]
             out.append("")
     return "\n".join(out)
 
