@@ -748,6 +748,14 @@ def pingmesh():
                  f'rdma:probe_pair_loss:ratio{MESH_WINDOW}{{instance=~"$instance"}}', "percentunit",
                  [{"color": "green", "value": None}, {"color": "orange", "value": 0.01},
                   {"color": "red", "value": 0.05}]), w=12, h=10)
+    b.row("Culprits")
+    b.add(table("Culprit hosts", "The hosts the pingmesh localization blames "
+                "(rdma:probe_host_culprit): the fault (agent, host, rdma: the layer; ingress, "
+                "egress: the lossy direction) and how many of the host's counterparts see it. "
+                "The alerts RdmaHostUnreachable, RdmaAgentDown, RdmaHostRdmaDown and "
+                "RdmaHostLinkLossy say the same after their `for:`; `rdmactl mesh` prints it "
+                "with the paths no host explains.",
+                "rdma:probe_host_culprit", exclude=("a", "b")), w=24)
     b.row("Worst pairs")
     b.add(table("Pairs furthest above their baseline", "The 10 pairs whose typical latency is "
                 "highest relative to their own median of the last day.",
