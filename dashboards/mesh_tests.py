@@ -121,6 +121,14 @@ def faults(m):
          "RdmaHostUnreachable only",
          lambda p, t: (2, 1.0, 0.0) if x in (p, t) else ok,
          [host("RdmaHostUnreachable", "critical", nx, fault="host")]),
+    ] + ([
+        # Half the mesh down: each survivor fails to 2 of its 3 targets, a majority, yet it is
+        # not the culprit: the targets most of whose probers fail are left out first.
+        ("h3 and h4 down: two RdmaHostUnreachable, the survivors not blamed",
+         lambda p, t: None if p in ("h3", "h4") else ((2, 1.0, 0.0) if t in ("h3", "h4") else ok),
+         [host("RdmaHostUnreachable", "critical", m.name("h3"), fault="host"),
+          host("RdmaHostUnreachable", "critical", m.name("h4"), fault="host")]),
+    ] if len(hs) == 4 else []) + [
         (f"{a} <-> {b} partitioned (TCP times out both ways): RdmaPathDown for the two "
          f"directions, no host (each fails to 1 of {others})",
          lambda p, t: (2, 1.0, 0.0) if {p, t} == {a, b} else ok,

@@ -982,6 +982,25 @@ mod tests {
     }
 
     #[test]
+    fn half_the_mesh_down_blames_the_dead_not_the_survivors() {
+        // h1 and h2 each fail to 2 of 3 targets (a majority), but those targets go first.
+        fn f(p: &str, t: &str) -> Option<(u8, f64, f64)> {
+            match (p, t) {
+                ("h3" | "h4", _) => None,
+                (_, "h3" | "h4") => Some((2, 1.0, 0.0)),
+                _ => Some((0, 0.0, 0.0)),
+            }
+        }
+        assert_eq!(
+            texts(H4, f),
+            [
+                "h3: unreachable (host) on 2 of 2 pairs",
+                "h4: unreachable (host) on 2 of 2 pairs"
+            ]
+        );
+    }
+
+    #[test]
     fn rdma_down_both_ways_is_the_host() {
         fn f(p: &str, t: &str) -> Option<(u8, f64, f64)> {
             Some(if p == "h3" || t == "h3" {
