@@ -520,10 +520,12 @@ fn pairs_from_scrapes(
             .unwrap_or_else(|| addr.to_string());
         let then = b.get(&peer).cloned().unwrap_or_default();
         let sent = now.sent - then.sent;
-        // A counter that went down is a restarted rdmad: no loss figure for this window.
+        // A counter that went down is a restarted rdmad, and a pair down at the window's start
+        // lost its probes to that layer (as the rules): no loss figure for this window.
+        let was_down = then.status.is_some_and(|s| s > 0);
         let ratio = |lost_now: f64, lost_then: f64| {
             let lost = lost_now - lost_then;
-            (sent > 0.0 && lost >= 0.0).then(|| lost / sent)
+            (sent > 0.0 && lost >= 0.0 && !was_down).then(|| lost / sent)
         };
         out.push(Pair {
             prober: prober.to_string(),
@@ -1073,6 +1075,46 @@ mod tests {
             texts(H3, f),
             ["h1->h3: loss 50% on the way, h2 reaches both"]
         );
+    }
+
+    #[test]
+    fn a_pair_down_at_the_start_of_the_window_is_not_lossy_once_up() {
+        let before = exposition(
+            "h1",
+            H3,
+            |_, t| {
+                Some(if t == "h3" {
+                    (2, 1.0, 0.0)
+                } else {
+                    (0, 0.0, 0.0)
+                })
+            },
+            false,
+        )
+        .unwrap();
+        let after = exposition(
+            "h1",
+            H3,
+            |_, t| {
+                Some(if t == "h3" {
+                    (0, 0.5, 0.0)
+                } else {
+                    (0, 0.0, 0.0)
+                })
+            },
+            true,
+        )
+        .unwrap();
+        let pairs = pairs_from_scrapes(
+            "h1",
+            &exposition::parse(&before).unwrap(),
+            &exposition::parse(&after).unwrap(),
+            &names(H3),
+        );
+        let h3 = pairs.iter().find(|p| p.target == "h3").unwrap();
+        assert_eq!((h3.status, h3.loss_request), (0, None));
+        let h2 = pairs.iter().find(|p| p.target == "h2").unwrap();
+        assert_eq!(h2.loss_request, Some(0.0));
     }
 
     /// A /metrics server on 127.0.0.1: GET /hK/metrics answers hK's exposition before the
