@@ -515,45 +515,208 @@ def probes():
 
 # The pingmesh: a pair is (instance = the probing host, peer = the probed one). The recording
 # rules below (rules_yaml) are what the pingmesh board and alerts read.
+#
+# Localization (issue #29). Every pair gets two host names: `prober` (the scrape's `host`
+# target label if it sets one, else its instance without the port) and `target` (the peer's
+# `peer_host` label if metric relabeling sets one, else its address without the port); the
+# two must name a host the same way for the prober's and the target's views to meet. Each
+# failing pair gets a `fault`: its layer from rdma_probe_peer_status (agent, host, rdma) or,
+# when the pair is up, its lossy direction. The same pair is read twice: from the target's
+# side (request loss is the target's ingress, reply loss its egress) and from the prober's
+# (request loss is the prober's egress, reply loss its ingress). A host is a culprit when
+# at least MESH_MIN_COUNTERPARTS of its counterparts, and more than half of them, see the same
+# fault with it: so with 3 or 4 hosts one failing pair is a path, never a host (R-Pingmesh's
+# small-mesh caution). Three passes keep one sick host from blaming its healthy peers: the
+# targets most of whose probers fail (raw), then the probers that fail to most targets
+# leaving those targets out, then the targets again leaving those probers out. A failing
+# pair that neither end explains is a path. Windows are 30 s (15 scrapes at 2 s) so alerts
+# resolve within a minute of the fault's end.
+# The thresholds: dashboards/pingmesh.toml, which `rdmactl mesh` reads too.
+MESH = tomllib.loads((ROOT / "dashboards/pingmesh.toml").read_text())
+MESH_LOSS_RATIO = MESH["loss_ratio"]
+MESH_WINDOW = f"{MESH['window_seconds']}s"
+MESH_MIN_COUNTERPARTS = MESH["min_counterparts"]
+MESH_LATENCY_FACTOR = f"{MESH['latency_factor']:g}"
+MESH_LATENCY_MIN_DELTA = MESH["latency_min_delta_seconds"]
 PAIR = "job, instance, peer, peer_rack"
+NAMES = "* on (job, instance, peer) group_left (prober, target) rdma:probe_pair_names"
+STRIP_PORT = '"(.*?)(?::[0-9]+)?"'
+
+
+def fault_view(request, reply):
+    """The failing pairs with a `fault` label: their layer when down, else the direction
+    the given side calls request loss and reply loss."""
+    lossy = lambda d, f: (f'label_replace(max without (direction) (rdma:probe_pair_loss_direction:ratio{MESH_WINDOW}'
+                          f'{{direction="{d}"}} > {MESH_LOSS_RATIO}), "fault", "{f}", "", "")\n'
+                          # A pair down in the window: its unanswered probes are the
+                          # layer's, not loss (nor loss for a window after it heals).
+                          f'  unless on (job, instance, peer) (max_over_time(rdma:probe_pair_status[{MESH_WINDOW}]) > 0)')
+    return ('label_replace(rdma:probe_pair_status == 1, "fault", "agent", "", "")\n'
+            'or label_replace(rdma:probe_pair_status == 2, "fault", "host", "", "")\n'
+            'or label_replace(rdma:probe_pair_status == 3, "fault", "rdma", "", "")\n'
+            f'or {lossy("request", request)}\nor {lossy("reply", reply)}')
+
+
+def majority(count, total, by):
+    return (f"({count} >= {MESH_MIN_COUNTERPARTS})\nand ({count} * 2 > on ({by}) group_left () "
+            f"{total})")
+
+
+def as_label(expr, new, old):
+    return f'label_replace({expr}, "{new}", "$1", "{old}", "(.*)")'
+
+
+EXPLAINED = ("unless on (job, target) " + as_label("rdma:probe_host_culprit", "target", "host")
+             + "\n  unless on (job, prober) " + as_label("rdma:probe_host_culprit", "prober", "host"))
+SLOW_EXPLAINED = ("unless on (job, target) " + as_label("rdma:probe_host_slow", "target", "host")
+                  + "\n  unless on (job, prober) " + as_label("rdma:probe_host_slow", "prober", "host")
+                  + "\n  unless on (job, prober) rdma:probe_prober_latency_loaded")
+
 PAIR_RULES = [
     # (record, expr)
-    ("rdma:probe_pair_up", f'max by ({PAIR}) (rdma_probe_up{{kind="peer"}})'),
+    # Host names of every pair (see above).
+    ("rdma:probe_pair_prober",
+     f'label_replace(group by (job, instance, host, peer, peer_host) (rdma_probe_peer_status{{host!=""}}), '
+     f'"prober", "$1", "host", "(.+)")\n'
+     f'or label_replace(group by (job, instance, peer, peer_host) (rdma_probe_peer_status{{host=""}}), '
+     f'"prober", "$1", "instance", {STRIP_PORT})'),
+    ("rdma:probe_pair_names",
+     'group by (job, instance, peer, prober, target) (\n'
+     '  label_replace(rdma:probe_pair_prober{peer_host!=""}, "target", "$1", "peer_host", "(.+)")\n'
+     f'  or label_replace(rdma:probe_pair_prober{{peer_host=""}}, "target", "$1", "peer", {STRIP_PORT})\n)'),
+    # 0 ok, 1 agent (the peer's rdmad refuses or is absent), 2 host (unreachable), 3 rdma (TCP
+    # works, UD requests unanswered); the worst of the pair's devices.
+    ("rdma:probe_pair_status", f"max by ({PAIR}) (rdma_probe_peer_status)\n{NAMES}"),
+    ("rdma:probe_pair_up", "rdma:probe_pair_status == bool 0"),
     # The perftest median of the pair's last run: there with and without per-peer histograms.
     ("rdma:probe_pair_latency_seconds:typical",
-     f'max by ({PAIR}) (rdma_probe_latency_last_seconds{{kind="peer", stat="typical"}})'),
+     f'max by ({PAIR}) (rdma_probe_latency_last_seconds{{kind="peer", stat="typical"}})\n{NAMES}'),
     ("rdma:probe_pair_latency_seconds:p99",
-     f'max by ({PAIR}) (rdma_probe_latency_last_seconds{{kind="peer", stat="p99"}})'),
-    # Lost probe requests over sent ones in 5 minutes (UD: a request without its echo within
-    # the timeout; RC: the requests of a failed run). No series for a pair that sent nothing.
-    ("rdma:probe_pair_loss:ratio5m",
-     f'sum by ({PAIR}) (increase(rdma_probe_lost_total{{kind="peer"}}[5m]))\n'
-     f'/ (sum by ({PAIR}) (increase(rdma_probe_sent_total{{kind="peer"}}[5m])) > 0)'),
+     f'max by ({PAIR}) (rdma_probe_latency_last_seconds{{kind="peer", stat="p99"}})\n{NAMES}'),
+    # Lost probe requests (both directions) over sent ones in the window. No series for a
+    # pair that sent nothing.
+    (f"rdma:probe_pair_loss:ratio{MESH_WINDOW}",
+     f'sum by ({PAIR}) (increase(rdma_probe_lost_total{{kind="peer"}}[{MESH_WINDOW}]))\n'
+     f'/ (sum by ({PAIR}) (increase(rdma_probe_sent_total{{kind="peer"}}[{MESH_WINDOW}])) > 0)\n{NAMES}'),
+    # The same by direction: request (prober -> peer) and reply (peer -> prober).
+    (f"rdma:probe_pair_loss_direction:ratio{MESH_WINDOW}",
+     f'sum by ({PAIR}, direction) (increase(rdma_probe_lost_total{{kind="peer"}}[{MESH_WINDOW}]))\n'
+     f'/ on ({PAIR}) group_left ()\n'
+     f'  (sum by ({PAIR}) (increase(rdma_probe_sent_total{{kind="peer"}}[{MESH_WINDOW}])) > 0)\n{NAMES}'),
     # The pair's own baseline: the median of its typical latency over the last day.
     ("rdma:probe_pair_latency_seconds:baseline1d",
      "quantile_over_time(0.5, rdma:probe_pair_latency_seconds:typical[1d])"),
+    # Failing pairs as the target and as the prober see them.
+    ("rdma:probe_pair_fault:target_view", fault_view("ingress", "egress")),
+    ("rdma:probe_pair_fault:prober_view", fault_view("egress", "ingress")),
+    # Pass 1: targets most of whose probers see the same fault.
+    ("rdma:probe_target_pairs:all", "count by (job, target) (rdma:probe_pair_status)"),
+    ("rdma:probe_target_fault:all", "count by (job, target, fault) (rdma:probe_pair_fault:target_view)"),
+    ("rdma:probe_target_culprit:raw",
+     majority("rdma:probe_target_fault:all", "rdma:probe_target_pairs:all", "job, target")),
+    # Pass 2: probers failing to most of their targets, those targets left out.
+    ("rdma:probe_prober_pairs",
+     "count by (job, prober) (rdma:probe_pair_status unless on (job, target) rdma:probe_target_culprit:raw)"),
+    ("rdma:probe_prober_fault",
+     "count by (job, prober, fault) (\n  rdma:probe_pair_fault:prober_view\n"
+     "  unless on (job, target) rdma:probe_target_culprit:raw\n)"),
+    ("rdma:probe_prober_culprit", majority("rdma:probe_prober_fault", "rdma:probe_prober_pairs", "job, prober")),
+    # Pass 3: targets again, the culprit probers left out.
+    ("rdma:probe_target_pairs",
+     "count by (job, target) (rdma:probe_pair_status unless on (job, prober) rdma:probe_prober_culprit)"),
+    ("rdma:probe_target_fault",
+     "count by (job, target, fault) (\n  rdma:probe_pair_fault:target_view\n"
+     "  unless on (job, prober) rdma:probe_prober_culprit\n)"),
+    ("rdma:probe_target_culprit", majority("rdma:probe_target_fault", "rdma:probe_target_pairs", "job, target")),
+    # One series per culprit host and fault (value: how many counterparts see it). `a` and
+    # `b` repeat the host so that Alertmanager's equal-label inhibition matches the path
+    # alerts (a, b) with either end.
+    ("rdma:probe_host_culprit",
+     'label_replace(label_replace(max by (job, host, fault) (\n  '
+     + as_label("rdma:probe_target_culprit", "host", "target") + "\n  or "
+     + as_label("rdma:probe_prober_culprit", "host", "prober")
+     + '\n), "a", "$1", "host", "(.*)"), "b", "$1", "host", "(.*)")'),
+    # Latency: a pair above its baseline (relative and absolute); a prober with most of its
+    # pairs slow is loaded itself (a busy host slows all it measures) and proves nothing about
+    # its targets; a target most of whose other probers see it slow is a slow host.
+    ("rdma:probe_pair_latency_high",
+     f"(rdma:probe_pair_latency_seconds:typical > {MESH_LATENCY_FACTOR} * rdma:probe_pair_latency_seconds:baseline1d)\n"
+     f"and (rdma:probe_pair_latency_seconds:typical - rdma:probe_pair_latency_seconds:baseline1d > {MESH_LATENCY_MIN_DELTA})"),
+    ("rdma:probe_prober_latency_loaded",
+     "count by (job, prober) (rdma:probe_pair_latency_high) * 2\n"
+     "> count by (job, prober) (rdma:probe_pair_latency_seconds:typical)"),
+    ("rdma:probe_host_slow",
+     'max by (job, host, a, b) (label_replace(label_replace(label_replace(\n  '
+     + majority("count by (job, target) (rdma:probe_pair_latency_high unless on (job, prober) rdma:probe_prober_latency_loaded)",
+                "count by (job, target) (rdma:probe_pair_latency_seconds:typical unless on (job, prober) rdma:probe_prober_latency_loaded)",
+                "job, target").replace("\n", "\n  ")
+     + '\n, "host", "$1", "target", "(.*)"), "a", "$1", "host", "(.*)"), "b", "$1", "host", "(.*)"))'),
 ]
 
+
+def host_alert(name, fault, severity, summary, desc, direction=False):
+    expr = f'rdma:probe_host_culprit{{fault=~"{fault}"}}'
+    if direction:
+        expr = f'label_replace({expr}, "direction", "$1", "fault", "(.*)")'
+    return (name, expr, "2m", severity, summary, desc)
+
+
+def path_legs():
+    """Unexplained lossy pairs as their lossy leg a -> b: request loss is prober -> target,
+    reply loss target -> prober (a one-way fault seen by both pairs is one alert)."""
+    leg = lambda f, a, b: ("label_replace(label_replace(\n    (rdma:probe_pair_fault:target_view"
+                           f'{{fault="{f}"}}\n    {EXPLAINED.replace(chr(10), chr(10) + "  ")}),\n'
+                           f'    "a", "$1", "{a}", "(.*)"), "b", "$1", "{b}", "(.*)")')
+    return f"max by (job, a, b) (\n  {leg('ingress', 'prober', 'target')}\n  or {leg('egress', 'target', 'prober')}\n)"
+
+
+MESH_HELP = " `rdmactl mesh` prints the matrix and these verdicts; see the RDMA / Pingmesh dashboard."
+
 PAIR_ALERTS = [
-    ("RdmaPeerUnreachable", "rdma:probe_pair_up == 0", "2m", "warning",
-     "{{ $labels.instance }} cannot probe its peer {{ $labels.peer }}",
-     "rdmad on {{ $labels.instance }} failed its last probe runs to {{ $labels.peer }} (rack "
-     "{{ $labels.peer_rack }}) for 2 minutes: the peer is down, unreachable over RDMA, or its "
-     "rdmad is not running. Many alerts with the same peer name the peer; many with the same "
-     "instance name the prober's own link. See the RDMA / Pingmesh dashboard."),
-    ("RdmaPairLoss", "rdma:probe_pair_loss:ratio5m > 0.02", "5m", "warning",
-     "Probe loss {{ $value | humanizePercentage }} from {{ $labels.instance }} to {{ $labels.peer }}",
-     "More than 2% of the probe requests from {{ $labels.instance }} to {{ $labels.peer }} got "
-     "no answer within the timeout over 5 minutes (rdma_probe_lost_total over "
-     "rdma_probe_sent_total). Compare the pair's row and column in the RDMA / Pingmesh matrix: loss on "
-     "every pair of one host points at that host's link."),
+    host_alert("RdmaHostUnreachable", "host", "critical",
+               "{{ $labels.host }} is unreachable from {{ $value }} of its pingmesh peers",
+               "Most of the host's pingmesh counterparts time out connecting to it (or it to "
+               "them): the host is down or its fabric link is." + MESH_HELP),
+    host_alert("RdmaAgentDown", "agent", "warning",
+               "rdmad on {{ $labels.host }} refuses or is absent for {{ $value }} pingmesh peers",
+               "The host answers but its rdmad's probe port refuses the connection or the "
+               "handshake fails (rdmad stopped, wrong --probe.secret-file, or a firewall)." + MESH_HELP),
+    host_alert("RdmaHostRdmaDown", "rdma", "critical",
+               "RDMA on {{ $labels.host }} does not answer {{ $value }} pingmesh peers",
+               "Its rdmad answers over TCP but the UD probe requests get no reply: the host's RDMA "
+               "device or its RDMA path is down (rdma link, the device's port state)." + MESH_HELP),
+    host_alert("RdmaHostLinkLossy", "ingress|egress", "warning",
+               "{{ $labels.host }} loses {{ $labels.direction }} probes with {{ $value }} pingmesh peers",
+               f"More than {MESH_LOSS_RATIO:.0%} of the probes going {{{{ $labels.direction }}}} at this host "
+               f"are lost with most of its counterparts over {MESH_WINDOW}: its link, NIC or switch port "
+               "drops in that direction." + MESH_HELP, direction=True),
+    ("RdmaPathDown",
+     'max by (job, a, b, layer) (label_replace(label_replace(label_replace(\n  '
+     '(rdma:probe_pair_fault:target_view{fault=~"agent|host|rdma"}\n  '
+     + EXPLAINED + '),\n  "a", "$1", "prober", "(.*)"), "b", "$1", "target", "(.*)"), "layer", "$1", "fault", "(.*)"))',
+     "2m", "warning",
+     "{{ $labels.a }} cannot probe {{ $labels.b }} ({{ $labels.layer }})",
+     "The probes from {{ $labels.a }} to {{ $labels.b }} fail at layer {{ $labels.layer }} while both "
+     "hosts reach their other peers: the path between them (a switch, a route, an ACL)." + MESH_HELP),
+    ("RdmaPathLossy", path_legs(), "2m", "warning",
+     "Probe loss {{ $value | humanizePercentage }} on the way {{ $labels.a }} -> {{ $labels.b }}",
+     f"More than {MESH_LOSS_RATIO:.0%} of the probe packets from {{{{ $labels.a }}}} to {{{{ $labels.b }}}} "
+     f"are lost over {MESH_WINDOW} while both hosts exchange probes with their other peers without "
+     "loss: the path between them in that direction." + MESH_HELP),
+    ("RdmaHostLatencyHigh", "rdma:probe_host_slow", "10m", "warning",
+     "{{ $labels.host }} is slow for {{ $value }} of its pingmesh peers",
+     f"Most of the host's probers see their typical round trip to it above {MESH_LATENCY_FACTOR}x "
+     f"their own baseline of the last day and {MESH_LATENCY_MIN_DELTA * 1e6:.0f} us above it, while "
+     "their other pairs are not: the host or its link adds delay." + MESH_HELP),
     ("RdmaPairLatencyAboveBaseline",
-     "rdma:probe_pair_latency_seconds:typical\n  > 2 * rdma:probe_pair_latency_seconds:baseline1d",
+     'max by (job, a, b) (label_replace(label_replace(\n  (rdma:probe_pair_latency_high\n  ' + SLOW_EXPLAINED +
+     '\n  ' + EXPLAINED + '),\n  "a", "$1", "prober", "(.*)"), "b", "$1", "target", "(.*)"))',
      "10m", "warning",
-     "Probe latency {{ $labels.instance }} -> {{ $labels.peer }} is above twice its baseline",
-     "The median round trip of the pair's probes has been more than twice the pair's own median "
-     "of the last day for 10 minutes (the alert's value is the latency now, seconds). See the "
-     "RDMA / Pingmesh dashboard's worst pairs."),
+     "Probe latency {{ $labels.a }} -> {{ $labels.b }} is above twice its baseline",
+     f"The median round trip of the pair's probes has been more than {MESH_LATENCY_FACTOR}x the pair's "
+     f"own median of the last day, and {MESH_LATENCY_MIN_DELTA * 1e6:.0f} us above it, for 10 minutes "
+     "(the alert's value is the latency now, seconds), while the prober's other pairs are not and "
+     "no slow host explains it." + MESH_HELP),
 ]
 
 
@@ -580,11 +743,19 @@ def pingmesh():
                  'rdma:probe_pair_latency_seconds:typical{instance=~"$instance"}', "s",
                  [{"color": "green", "value": None}, {"color": "orange", "value": 0.0001},
                   {"color": "red", "value": 0.001}]), w=12, h=10)
-    b.add(matrix("Loss matrix (lost requests, 5m)", "Share of probe requests per pair without "
-                 "an answer within the timeout over 5 minutes (rdma:probe_pair_loss:ratio5m).",
-                 'rdma:probe_pair_loss:ratio5m{instance=~"$instance"}', "percentunit",
+    b.add(matrix(f"Loss matrix (lost probes, {MESH_WINDOW})", "Share of probes per pair without "
+                 f"an answer within the timeout over {MESH_WINDOW} (rdma:probe_pair_loss:ratio{MESH_WINDOW}).",
+                 f'rdma:probe_pair_loss:ratio{MESH_WINDOW}{{instance=~"$instance"}}', "percentunit",
                  [{"color": "green", "value": None}, {"color": "orange", "value": 0.01},
                   {"color": "red", "value": 0.05}]), w=12, h=10)
+    b.row("Culprits")
+    b.add(table("Culprit hosts", "The hosts the pingmesh localization blames "
+                "(rdma:probe_host_culprit): the fault (agent, host, rdma: the layer; ingress, "
+                "egress: the lossy direction) and how many of the host's counterparts see it. "
+                "The alerts RdmaHostUnreachable, RdmaAgentDown, RdmaHostRdmaDown and "
+                "RdmaHostLinkLossy say the same after their `for:`; `rdmactl mesh` prints it "
+                "with the paths no host explains.",
+                "rdma:probe_host_culprit", exclude=("a", "b")), w=24)
     b.row("Worst pairs")
     b.add(table("Pairs furthest above their baseline", "The 10 pairs whose typical latency is "
                 "highest relative to their own median of the last day.",
@@ -599,7 +770,7 @@ def pingmesh():
                      "{{peer_rack}}", unit="s"))
     b.add(timeseries("Probe loss by destination rack", "Mean lost-request share per "
                      "destination rack.",
-                     'avg by (peer_rack) (rdma:probe_pair_loss:ratio5m{instance=~"$instance"})',
+                     f'avg by (peer_rack) (rdma:probe_pair_loss:ratio{MESH_WINDOW}{{instance=~"$instance"}})',
                      "{{peer_rack}}", unit="percentunit"))
     b.add(timeseries("Peers discovered", "Peers per discovery source (static, dns, file) and "
                      "peers planned per round (rdma_probe_discovered_peers, "
@@ -948,10 +1119,11 @@ RULE_ALERTS = [
 
 PROBE_ALERT = (
     "RdmaProbeFailures",
-    "sum by (job, instance, device, status) (increase(rdma_probe_failures_total[10m])) > 0",
+    # Peer probes are the pingmesh's (the localization alerts); 1m so that it resolves soon.
+    'sum by (job, instance, device, status) (increase(rdma_probe_failures_total{kind!="peer"}[1m])) > 0',
     "0m", "warning",
     "RDMA probes fail on {{ $labels.instance }} {{ $labels.device }}: {{ $labels.status }}",
-    "rdmad's active probes failed {{ $value | humanize }} times in 10 minutes with "
+    "rdmad's active probes failed {{ $value | humanize }} times in the last minute with "
     "{{ $labels.status }}: RDMA does not work end to end right now. See the RDMA / Probes "
     "dashboard; `rdmactl explain` covers the counters the same failure moves.")
 

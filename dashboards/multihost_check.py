@@ -8,9 +8,11 @@ results through the Prometheus HTTP API:
 
   1. the pingmesh dashboard's matrix query (read from dashboards/rdma-pingmesh.json) returns
      all 12 ordered pairs, every pair probed over UD;
-  2. netem loss on h3's link: only pairs with h3 show loss, RdmaPairLoss fires for exactly
-     those pairs (rule evaluation in Prometheus); their latency is measured and printed;
-  3. h4 killed: its pairs go unreachable and RdmaPeerUnreachable fires for exactly them;
+  2. netem loss on h3's link: only pairs with h3 show loss, the localization names h3 alone
+     (RdmaHostLinkLossy{host="h3", direction="egress"}) and no path alert fires (rule
+     evaluation in Prometheus); their latency is measured and printed;
+  3. h4 killed: its pairs go unreachable, RdmaHostUnreachable{host="h4"} fires and no path
+     alert does;
   4. h4 out of DNS: its series vanish (staleness: an instant query no longer returns them);
   5. h4 back (restarted, in DNS again, rdmad started): every pair answers, alerts resolve;
   6. h3 and h4 out of DNS: h1 and h2 probe one peer each with the QPs (`rdma res`) they had
@@ -36,9 +38,9 @@ from live_check import DASH, api, get, resolve_vars, substitute
 HOSTS = ["h1", "h2", "h3", "h4"]
 PROBE_PORT = 9737
 MATRIX_PANEL = "Latency matrix (typical round trip)"
-LOSS_PANEL = "Loss matrix (lost requests, 5m)"
-LOSS_RULE = "rdma:probe_pair_loss:ratio5m"
-LOSS_THRESHOLD = 0.02  # RdmaPairLoss: rdma:probe_pair_loss:ratio5m > 0.02
+LOSS_PANEL = "Loss matrix (lost probes, 30s)"
+LOSS_THRESHOLD = 0.02  # MESH_LOSS_RATIO of dashboards/gen.py: a pair is lossy above it
+PATH_ALERTS = ["RdmaPathDown", "RdmaPathLossy", "RdmaPairLatencyAboveBaseline"]
 
 
 def peer_of(host):
@@ -137,13 +139,27 @@ class Run:
         return out
 
     def alerts(self, name, state="firing"):
-        """The pairs (instance, peer host) with alert `name` in `state`."""
+        """Who alert `name` in `state` is about: (instance, peer host) of a per-target
+        alert, (host, "") of a culprit, (a, b) of a path."""
         out = set()
         for al in get(self.base, "/api/v1/alerts")["alerts"]:
             lb = al["labels"]
             if lb.get("alertname") == name and al.get("state") == state:
-                out.add((lb.get("instance"), host_of(lb.get("peer", ""))))
+                out.add((lb.get("instance") or lb.get("host") or lb.get("a"),
+                         host_of(lb.get("peer", "")) or lb.get("b", "")))
         return out
+
+    def culprits(self, name, state="firing"):
+        """The label sets (host, direction) of the host alert `name` in `state`."""
+        return {(al["labels"].get("host"), al["labels"].get("direction", ""))
+                for al in get(self.base, "/api/v1/alerts")["alerts"]
+                if al["labels"].get("alertname") == name and al.get("state") == state}
+
+    def paths(self, state="firing"):
+        """The path alerts (name, a, b) in `state`: the pair alerts no host explains."""
+        return {(al["labels"]["alertname"], al["labels"].get("a"), al["labels"].get("b"))
+                for al in get(self.base, "/api/v1/alerts")["alerts"]
+                if al["labels"].get("alertname") in PATH_ALERTS and al.get("state") == state}
 
     def wait(self, what, limit, cond):
         """Evaluate cond() every interval until it returns a true value, at most limit
@@ -204,8 +220,11 @@ class Run:
                 self.query('rdma_probe_discovered_peers{job="rdmad", source="dns"}')}
         self.check("every-rdmad-discovers-3-peers-from-dns", disc == {h: 3.0 for h in HOSTS},
                    f"rdma_probe_discovered_peers{{source=\"dns\"}}: {disc}")
-        ud_rc = lambda: (set(self.pairs('rdma_probe_up{job="rdmad", kind="peer", transport="ud"} == 1')),
-                         set(self.pairs('rdma_probe_up{job="rdmad", kind="peer", transport="rc"}')))
+        # rdma_probe_peer_status (under rdma:probe_pair_up) has no transport: the latency
+        # series of the pair's probes say which transport they use.
+        lat = 'group by (instance, peer) (rdma_probe_latency_last_seconds{job="rdmad", kind="peer", transport="%s"})'
+        ud_rc = lambda: (set(self.pairs("rdma:probe_pair_up == 1")) & set(self.pairs(lat % "ud")),
+                         set(self.pairs(lat % "rc")))
         _, t = self.wait("every pair up over UD", 120, lambda: ud_rc() == (ALL_PAIRS, set()))
         ud, rc = ud_rc()
         self.check("every-pair-probed-over-ud", t is not None,
@@ -248,14 +267,17 @@ class Run:
         self.netem_on = True
         t_fault = time.time()
 
+        want = {("h3", "egress")}
+
         def cond():
             ratio = self.pairs(self.panel_expr(LOSS_PANEL))
-            firing = self.alerts("RdmaPairLoss")
-            ok = all(ratio.get(p, 0) > LOSS_THRESHOLD for p in with3) and with3 <= firing
+            firing = self.culprits("RdmaHostLinkLossy")
+            ok = all(ratio.get(p, 0) > LOSS_THRESHOLD for p in with3) and want <= firing
             return (ratio, firing) if ok else None
         res, t = self.wait("loss on h3's pairs", 480, cond)
         ratio, firing = res or (self.pairs(self.panel_expr(LOSS_PANEL)),
-                                self.alerts("RdmaPairLoss"))
+                                self.culprits("RdmaHostLinkLossy"))
+        paths = self.paths()
         fmt = lambda ps: ", ".join(f"{a}->{b} {ratio.get((a, b), float('nan')):.4f}"
                                    for a, b in sorted(ps))
         self.check("netem-h3-loss-on-h3-pairs", t is not None and
@@ -276,9 +298,10 @@ class Run:
                    f"lost/sent during the fault: " + ", ".join(
                        f"{a}->{b} {lost.get((a, b), 0):.0f}/{sent.get((a, b), 0):.0f}"
                        for a, b in sorted(ALL_PAIRS)))
-        self.check("netem-h3-rdma-pair-loss-fires-for-h3-pairs-only",
-                   t is not None and firing == with3,
-                   f"RdmaPairLoss firing for {sorted(firing)}")
+        self.check("netem-h3-the-culprit-is-h3-egress-and-no-path-alert",
+                   t is not None and firing == want and not paths,
+                   f"RdmaHostLinkLossy firing for (host, direction) {sorted(firing)} after "
+                   f"{t or 0:.0f} s; path alerts firing {sorted(paths) or 'none'}")
         during = self.latency(max(window, 10))
         med = lambda xs: sorted(xs)[len(xs) // 2] if xs else float("nan")
         print("   mean RTT per pair (us) before -> during the loss: " + ", ".join(
@@ -300,35 +323,39 @@ class Run:
                   lambda: set(self.pairs("rdma:probe_pair_up == 1")) == ALL_PAIRS)
         self.fault("kill", "h4")
 
+        want = {("h4", "")}
+
         def cond():
             down = set(self.pairs("rdma:probe_pair_up == 0"))
-            firing = self.alerts("RdmaPeerUnreachable")
-            return (down, firing) if to_h4 <= down and to_h4 <= firing else None
+            firing = self.culprits("RdmaHostUnreachable")
+            return (down, firing) if to_h4 <= down and want <= firing else None
         res, t = self.wait("h4 unreachable", 300, cond)
         down, firing = res or (set(self.pairs("rdma:probe_pair_up == 0")),
-                               self.alerts("RdmaPeerUnreachable"))
+                               self.culprits("RdmaHostUnreachable"))
+        paths = self.paths()
         # Exactly h4's pairs: the alert (10 s of failed runs) says it; the instant value
         # may also catch a healthy pair's single failed run on a loaded host (printed).
         self.check("kill-h4-pairs-unreachable", t is not None,
                    f"rdma:probe_pair_up == 0 for {sorted(down)} (after {t or 0:.0f} s)")
-        self.check("kill-h4-rdma-peer-unreachable-fires-for-h4-pairs-only",
-                   t is not None and firing == to_h4,
-                   f"RdmaPeerUnreachable firing for {sorted(firing)}")
+        self.check("kill-h4-the-culprit-is-h4-unreachable-and-no-path-alert",
+                   t is not None and firing == want and not paths,
+                   f"RdmaHostUnreachable firing for {sorted(firing)} after {t or 0:.0f} s; "
+                   f"path alerts firing {sorted(paths) or 'none'}")
 
     def dns_remove_h4(self):
         sel = f'{{job="rdmad", peer="{peer_of("h4")}"}}'
         t_edit = time.time()
         self.dns("h4", False)
         res, t = self.wait("h4's series gone", 180, lambda: self.query(
-            f"absent(rdma_probe_up{sel}) and absent(rdma:probe_pair_up{sel})"))
+            f"absent(rdma_probe_peer_status{sel}) and absent(rdma:probe_pair_up{sel})"))
         # When did the last sample with h4 arrive? Raw samples of the last 10 minutes
         # (a range selector leaves out the staleness markers).
         last = 0.0
-        for s in self.query(f"rdma_probe_up{sel}[10m]"):
+        for s in self.query(f"rdma_probe_peer_status{sel}[10m]"):
             last = max([last] + [float(ts) for ts, _ in s["values"]])
         after = last - t_edit
         self.check("dns-remove-h4-its-series-vanish", t is not None,
-                   f"no rdma_probe_up nor rdma:probe_pair_up series for peer h4 "
+                   f"no rdma_probe_peer_status nor rdma:probe_pair_up series for peer h4 "
                    f"{t or 0:.0f} s after the DNS edit (seen by polling every "
                    f"{self.interval:.0f} s); the last scraped sample with peer h4 is "
                    f"{after:.1f} s after the edit = {after / self.interval:.1f} discovery "
@@ -350,7 +377,8 @@ class Run:
         self.fault("restart", "h4", timeout=420)
         self.dns("h4", True)
         self.exec("h4", self.start_rdmad)
-        names = ["RdmaPeerUnreachable", "RdmaPairLoss", "RdmaExporterDown"]
+        names = ["RdmaHostUnreachable", "RdmaAgentDown", "RdmaHostRdmaDown", "RdmaHostLinkLossy",
+                 "RdmaPathDown", "RdmaPathLossy", "RdmaExporterDown"]
 
         def cond():
             up = set(self.pairs("rdma:probe_pair_up == 1"))

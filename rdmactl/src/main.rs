@@ -64,6 +64,8 @@ enum Command {
     Lab(cmd::lab::Args),
     /// Live full-screen view of RDMA ports: rates, errors explained, QPs, probes, events.
     Top(cmd::top::Args),
+    /// The pingmesh: latency and loss matrix, and which host, path and direction is at fault.
+    Mesh(cmd::mesh::Args),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +80,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Lab(args) => cmd::lab::run(args),
         Command::Top(args) => cmd::top::run(args),
+        Command::Mesh(args) => cmd::mesh::run(args),
         Command::Trace(args) => cmd::trace::run(args),
         Command::Devices(args) => cmd::devices::run(args),
         Command::Counters(args) => cmd::counters::run(args),

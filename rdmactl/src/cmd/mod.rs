@@ -9,6 +9,7 @@ pub mod experiment;
 pub mod explain;
 pub mod lab;
 pub mod lesson;
+pub mod mesh;
 pub mod monitor;
 #[cfg(feature = "verbs")]
 pub mod ping;
