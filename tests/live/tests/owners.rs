@@ -364,7 +364,7 @@ fn a_slurm_step_cgroup_names_the_job_in_series_resources_and_doctor() {
     );
 
     let m = rdmad_once(&[OWNER_ARGS, &["--collector.netlink_owners.pid"]].concat());
-    let ours = vec![
+    let ours = [
         format!("pid=\"{}\"", h.held.pid),
         format!("cgroup=\"{path}\""),
         "job_id=\"4242\"".to_string(),
