@@ -423,6 +423,22 @@ def errors():
         b.add(timeseries(f"{fam}: error counters", family_description(fam, entries), expr,
                          legend, unit="cps"), w=24 if fam
               in ("mlx5", "bnxt_re", "hfi1") else 12)
+    b.row("Per Slurm job")
+    b.add(timeseries("QPs in ERR per Slurm job", "QPs in the ERR state per Slurm job and "
+                     "step (rdma_owner_qps{state=\"ERR\"} of owners whose cgroup is a "
+                     "slurmstepd job's: the job_id and job_step labels). A QP goes to ERR when "
+                     "a work request fails; `rdmactl doctor` on the node names the process. "
+                     "Empty where no job holds QPs in ERR.",
+                     f'sum by (instance, job_id, job_step) (rdma_owner_qps{{{DEV_SEL}, '
+                     f'state="ERR", job_id!=""}})',
+                     "{{instance}} job {{job_id}} step {{job_step}}"))
+    b.add(timeseries("Control-path events per Slurm job", "Rate of RDMA control-path calls "
+                     "(QP create/modify, MR registration, ...) per Slurm job, from the eBPF "
+                     "tracer (rdma_trace_events_total, --collector.trace): a job that re-creates "
+                     "QPs in a loop is recovering from errors.",
+                     f'sum by (instance, job_id, kind) (rate(rdma_trace_events_total{{'
+                     f'instance=~"$instance", job_id!=""}}[5m]))',
+                     "{{instance}} job {{job_id}} {{kind}}", unit="cps"))
     b.row("Exporter")
     b.add(timeseries("sysfs read errors", "Counter files rdmad could not read, parse or export "
                      "(EINVAL, 'N/A (no PMA)', garbage, a name clash), per collector and device. "
@@ -977,8 +993,8 @@ def resources():
                      f'delta(rdma_resources{{{DEV_SEL}}}[5m])',
                      "{{instance}} {{device}} {{type}}"), w=12)
     b.row("Who")
-    owner = "instance, comm, cgroup, pod_uid"
-    b.add(table("Top owners by QPs", "The 20 owners (process name, cgroup, pod) holding the "
+    owner = "instance, comm, cgroup, pod_uid, job_id"
+    b.add(table("Top owners by QPs", "The 20 owners (process name, cgroup, pod, Slurm job) holding the "
                 "most QPs now (rdma_owner_objects, the netlink_owners collector). comm=\"kernel\" "
                 "are kernel users (the GSI QP); comm=\"other\" the owners beyond "
                 "--collector.netlink_owners.max-owners. `rdmactl resources --by process` on "
@@ -991,11 +1007,22 @@ def resources():
                      "instance when none is in ERR.",
                      f'sum by ({owner}) (rdma_owner_qps{{{DEV_SEL}, state="ERR"}}) or on(instance) '
                      f'(0 * sum by (instance) (rdma_owner_objects{{{DEV_SEL}, type="qp"}}))',
-                     "{{instance}} {{comm}} {{cgroup}} {{pod_uid}}"), w=12)
+                     "{{instance}} {{comm}} {{cgroup}} {{pod_uid}} {{job_id}}"), w=12)
     b.add(timeseries("Objects per cgroup", "Every RDMA object kind per cgroup "
                      "(rdma_owner_objects summed over devices and processes).",
                      f'sum by (instance, cgroup, type) (rdma_owner_objects{{{DEV_SEL}}})',
                      "{{instance}} {{cgroup}} {{type}}"), w=12)
+    b.add(table("RDMA objects per Slurm job", "Every RDMA object kind per Slurm job "
+                "(rdma_owner_objects of owners whose cgroup is a slurmstepd job's, summed over "
+                "steps, processes and devices). `rdmactl resources --by job` on the node "
+                "prints the same.",
+                f'sum by (instance, job_id, type) (rdma_owner_objects{{{DEV_SEL}, job_id!=""}})',
+                rename={"Value": "objects"}), w=12, h=8)
+    b.add(timeseries("QPs per Slurm job", "QPs per Slurm job over time: a job's QPs should "
+                     "rise at its start and fall to none at its end; QPs left after the job "
+                     "ended belong to a process that outlived it.",
+                     f'sum by (instance, job_id) (rdma_owner_objects{{{DEV_SEL}, type="qp", '
+                     f'job_id!=""}})', "{{instance}} job {{job_id}}"), w=12)
     b.add(table("RDMA cgroups: share of the limit used", "rdma.current / rdma.max per cgroup, "
                 "device and resource (the rdma_cgroup collector; 0 where unlimited). 1 means "
                 "the next create fails.",

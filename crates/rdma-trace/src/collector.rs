@@ -4,7 +4,8 @@
 //! [`TraceCollector::snapshot`] at scrape time; nothing is exported from here.
 //!
 //! Cardinality: `comm` is bounded by [`MAX_COMMS`] and the cgroup by [`MAX_CGROUPS`]; later
-//! values count as `other`.
+//! values count as `other`. The pod UID and the Slurm job id come from the cgroup path, so
+//! the cgroup's bound is theirs (a cgroup counted as `other` has neither).
 use crate::event::{EventKind, TraceEvent};
 use crate::probes::ProbeReport;
 use crate::tracer::{Selection, TraceError, Tracer};
@@ -45,6 +46,8 @@ pub struct EventCount {
     pub cgroup: String,
     /// The pod UID its cgroup path names (`""` outside Kubernetes or unknown).
     pub pod_uid: String,
+    /// The Slurm job id its cgroups name (`""` outside a Slurm job or unknown).
+    pub job_id: String,
     /// Device (`-` when unknown).
     pub device: String,
     /// Events.
@@ -111,8 +114,8 @@ pub struct TraceStats {
     pub dropped: u64,
 }
 
-/// Events are counted per kind, comm, cgroup, pod UID and device.
-type EventKey = (EventKind, String, String, String, String);
+/// Events are counted per kind, comm, cgroup, pod UID, Slurm job id and device.
+type EventKey = (EventKind, String, String, String, String, String);
 
 /// Folds events into [`TraceStats`]; usable without a tracer (tests, replays).
 #[derive(Debug, Default)]
@@ -141,17 +144,21 @@ impl Aggregator {
         } else {
             "other".to_string()
         };
-        let (cgroup, pod_uid) = match &ev.cgroup {
-            None => (String::new(), String::new()),
+        let (cgroup, pod_uid, job_id) = match &ev.cgroup {
+            None => (String::new(), String::new(), String::new()),
             Some(c) if self.cgroups.contains(c) || self.cgroups.len() < MAX_CGROUPS => {
                 self.cgroups.insert(c.clone());
-                (c.clone(), ev.pod_uid.clone().unwrap_or_default())
+                (
+                    c.clone(),
+                    ev.pod_uid.clone().unwrap_or_default(),
+                    ev.job_id.clone().unwrap_or_default(),
+                )
             }
-            Some(_) => ("other".to_string(), String::new()),
+            Some(_) => ("other".to_string(), String::new(), String::new()),
         };
         let slot = self
             .events
-            .entry((ev.kind, comm, cgroup, pod_uid, device.clone()))
+            .entry((ev.kind, comm, cgroup, pod_uid, job_id, device.clone()))
             .or_default();
         slot.0 += 1;
         if let Some(err) = ev.error {
@@ -201,11 +208,12 @@ impl Aggregator {
                 .events
                 .iter()
                 .map(
-                    |((kind, comm, cgroup, pod_uid, device), (count, errors))| EventCount {
+                    |((kind, comm, cgroup, pod_uid, job_id, device), (count, errors))| EventCount {
                         kind: *kind,
                         comm: comm.clone(),
                         cgroup: cgroup.clone(),
                         pod_uid: pod_uid.clone(),
+                        job_id: job_id.clone(),
                         device: device.clone(),
                         count: *count,
                         errors: *errors,
@@ -540,6 +548,60 @@ mod tests {
         assert_eq!(s.events.len(), MAX_CGROUPS + 1);
         let other = s.events.iter().find(|e| e.cgroup == "other").unwrap();
         assert_eq!((other.count, other.pod_uid.as_str()), (3, ""));
+    }
+
+    #[test]
+    fn events_carry_the_slurm_job_of_their_process_and_its_bound() {
+        let root = proc_owners();
+        let mut agg = Aggregator::default();
+        // 130: Slurm cgroup/v2 job 3385 step 0; 132: cgroup/v1 job 777; 134: a look-alike.
+        for (pid, comm) in [
+            (130, "ib_write_bw"),
+            (132, "mpi_allreduce"),
+            (134, "ib_read_lat"),
+        ] {
+            let mut e = ev_of(pid, comm);
+            e.resolve_cgroup(&root);
+            agg.add(&e);
+        }
+        let s = agg.stats(&[], 0);
+        let job = |comm: &str| {
+            s.events
+                .iter()
+                .find(|e| e.comm == comm)
+                .unwrap()
+                .job_id
+                .clone()
+        };
+        assert_eq!(job("ib_write_bw"), "3385");
+        assert_eq!(job("mpi_allreduce"), "777");
+        assert_eq!(job("ib_read_lat"), "");
+        // The JSON line carries the job and its step.
+        let mut e = ev_of(131, "sleep");
+        e.resolve_cgroup(&root);
+        let v: serde_json::Value = serde_json::to_value(&e).unwrap();
+        assert_eq!(
+            (v["job_id"].as_str(), v["job_step"].as_str()),
+            (Some("3385"), Some("extern"))
+        );
+        let mut e = ev_of(110, "rping");
+        e.resolve_cgroup(&root);
+        let v: serde_json::Value = serde_json::to_value(&e).unwrap();
+        assert!(
+            v.get("job_id").is_none() && v.get("job_step").is_none(),
+            "{v}"
+        );
+        // Past the cgroup bound, a job's events count as cgroup `other`, without a job.
+        let mut agg = Aggregator::default();
+        for i in 0..MAX_CGROUPS + 2 {
+            let mut e = ev(3, "app", 0xff, 0, 0);
+            e.cgroup = Some(format!("/system.slice/slurmstepd.scope/job_{i}/step_0"));
+            e.job_id = Some(i.to_string());
+            agg.add(&e);
+        }
+        let s = agg.stats(&[], 0);
+        let other = s.events.iter().find(|e| e.cgroup == "other").unwrap();
+        assert_eq!((other.count, other.job_id.as_str()), (2, ""));
     }
 
     #[cfg(not(feature = "bpf"))]

@@ -251,6 +251,12 @@ pub struct TraceEvent {
     /// The Kubernetes pod UID the cgroup path names, where it follows the kubelet's layout.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<String>,
+    /// The Slurm job id the process's cgroups name, where they follow slurmstepd's layout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// The Slurm job step (`0`, `extern`, `batch`), with [`job_id`](TraceEvent::job_id).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_step: Option<String>,
 }
 
 /// Why a ring buffer record was not an event.
@@ -366,6 +372,8 @@ pub fn parse_raw(
         tracepoint,
         cgroup: None,
         pod_uid: None,
+        job_id: None,
+        job_step: None,
     })
 }
 
@@ -445,17 +453,22 @@ impl TraceEvent {
         s
     }
 
-    /// Fill [`cgroup`](TraceEvent::cgroup) and [`pod_uid`](TraceEvent::pod_uid) from
+    /// Fill [`cgroup`](TraceEvent::cgroup), [`pod_uid`](TraceEvent::pod_uid) and the Slurm
+    /// [`job_id`](TraceEvent::job_id) and [`job_step`](TraceEvent::job_step) from
     /// `<proc_root>/<pid>/cgroup` (the owners collector's parser: one reading of cgroup paths).
     /// A process that already exited, an empty file (no hierarchy mounted) or a malformed one
-    /// leaves both `None`. For async events the pid is whatever ran the handler.
+    /// leaves them all `None`. For async events the pid is whatever ran the handler.
     pub fn resolve_cgroup(&mut self, proc_root: &std::path::Path) {
         if self.pid == 0 {
             return;
         }
-        if let Ok(Some(cgroup)) = rdmakit::owner::read_cgroup(proc_root, self.pid) {
+        if let Ok((Some(cgroup), job)) = rdmakit::owner::read_cgroup_and_job(proc_root, self.pid) {
             self.pod_uid = rdmakit::owner::container_ids(&cgroup).pod_uid;
             self.cgroup = Some(cgroup);
+            if let Some(job) = job {
+                self.job_id = Some(job.id);
+                self.job_step = Some(job.step);
+            }
         }
     }
 

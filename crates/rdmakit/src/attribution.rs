@@ -1,5 +1,6 @@
 //! Who holds RDMA objects: the nldev QP, CQ, MR, PD, context and CM ID dumps tallied per
-//! owner (command name, cgroup, pod, container; the pid only when asked for).
+//! owner (command name, cgroup, pod, container, Slurm job and step; the pid only when asked
+//! for).
 //!
 //! A [`Tally`] takes dump messages one at a time ([`Tally::add_message`]) as the socket
 //! delivers them ([`Tally::dump`] drives [`NldevClient::request_each`]), so a dump of any size
@@ -54,6 +55,10 @@ pub struct OwnerKey {
     pub pod_uid: String,
     /// The container id ("" outside a container).
     pub container_id: String,
+    /// The Slurm job id ("" outside a Slurm job).
+    pub job_id: String,
+    /// The Slurm job step (`0`, `extern`, `batch`; "" outside a Slurm job).
+    pub job_step: String,
     /// The pid, only when the tally keeps pids.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
@@ -194,13 +199,18 @@ impl Tally {
             return key.clone();
         }
         let mut key = match read_owner(&self.options.proc_root, pid) {
-            Ok(o) => OwnerKey {
-                comm: o.comm,
-                cgroup: o.cgroup.unwrap_or_default(),
-                pod_uid: o.ids.pod_uid.unwrap_or_default(),
-                container_id: o.ids.container_id.unwrap_or_default(),
-                pid: None,
-            },
+            Ok(o) => {
+                let (job_id, job_step) = o.job.map(|j| (j.id, j.step)).unwrap_or_default();
+                OwnerKey {
+                    comm: o.comm,
+                    cgroup: o.cgroup.unwrap_or_default(),
+                    pod_uid: o.ids.pod_uid.unwrap_or_default(),
+                    container_id: o.ids.container_id.unwrap_or_default(),
+                    job_id,
+                    job_step,
+                    pid: None,
+                }
+            }
             Err(OwnerError::Gone { .. }) => OwnerKey::named(UNKNOWN),
             Err(e) => {
                 self.errors.push(e.to_string());
@@ -399,6 +409,8 @@ pub enum Grouping {
     Cgroup,
     /// One row per pod (objects outside pods: one row with an empty pod).
     Pod,
+    /// One row per Slurm job (objects outside jobs: one row with an empty job).
+    Job,
 }
 
 impl OwnerReport {
@@ -443,6 +455,10 @@ impl OwnerReport {
                 },
                 Grouping::Pod => OwnerKey {
                     pod_uid: o.pod_uid.clone(),
+                    ..OwnerKey::default()
+                },
+                Grouping::Job => OwnerKey {
+                    job_id: o.job_id.clone(),
                     ..OwnerKey::default()
                 },
             };

@@ -1,5 +1,5 @@
 //! Who a process is: its command name, its cgroup, and where the cgroup path follows the
-//! Kubernetes conventions, its pod and container.
+//! Kubernetes conventions, its pod and container; where it follows Slurm's, its job and step.
 //!
 //! RDMA netlink resource dumps name the task that created each object; this module turns
 //! that task id into labels an operator can join on. Everything is read under a
@@ -15,6 +15,19 @@
 //! A CRI-O `crio-conmon-<id>.scope` is the container's monitor process, not the
 //! container: it gets the pod, not a container id. A Docker container outside Kubernetes
 //! (`docker-<id>.scope`, `/docker/<id>`) gets a container id and no pod.
+//!
+//! Slurm jobs ([`slurm_job`]), as slurmstepd lays out its cgroups:
+//!
+//! | plugin | path |
+//! |---|---|
+//! | `cgroup/v2` | `/system.slice/[<node>_]slurmstepd.scope/job_<id>/step_<step>/{slurm,user/task_<n>}` |
+//! | `cgroup/v1` | `/slurm[_<node>]/uid_<uid>/job_<id>/step_<step>/task_<n>` (every controller) |
+//!
+//! `<step>` is a number or `extern`, `batch`, `interactive`. The v2 layout is the one of
+//! Slurm's "Control Group v2 plugin" page (hierarchy overview: the delegated
+//! `slurmstepd.scope`, node-name-prefixed with `--enable-multiple-slurmd`); the v1 layout is
+//! built by Slurm's cgroup/v1 task and proctrack plugins (`<slurm>/uid_%u/job_%u/step_%u`).
+//! A `job_<n>` segment anywhere else (under `user.slice`, in a pod) is not a Slurm job.
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -54,6 +67,16 @@ pub struct ContainerIds {
     pub runtime: Option<Runtime>,
 }
 
+/// The Slurm job (and step) a cgroup path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmJob {
+    /// The job id (digits, as in `job_<id>`).
+    pub id: String,
+    /// The step: a number, `extern`, `batch` or `interactive`; empty when the path stops at
+    /// the job's directory.
+    pub step: String,
+}
+
 /// Who a process is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
@@ -63,6 +86,8 @@ pub struct Owner {
     pub cgroup: Option<String>,
     /// Pod and container, where the cgroup path says.
     pub ids: ContainerIds,
+    /// The Slurm job, where the cgroup path says.
+    pub job: Option<SlurmJob>,
 }
 
 /// Why a process could not be described.
@@ -132,30 +157,55 @@ pub fn read_owner(proc_root: &Path, pid: u32) -> Result<Owner, OwnerError> {
             detail: "empty command name".into(),
         });
     }
-    let cgroup = read_cgroup(proc_root, pid)?;
+    let (cgroup, job) = read_cgroup_and_job(proc_root, pid)?;
     let ids = cgroup.as_deref().map(container_ids).unwrap_or_default();
-    Ok(Owner { comm, cgroup, ids })
+    Ok(Owner {
+        comm,
+        cgroup,
+        ids,
+        job,
+    })
 }
 
 /// The cgroup path of process `pid` from `<proc_root>/<pid>/cgroup`; `None` when the process
 /// is in no mounted hierarchy (an empty file) or the kernel has no cgroups (no file).
 pub fn read_cgroup(proc_root: &Path, pid: u32) -> Result<Option<String>, OwnerError> {
+    Ok(read_cgroup_and_job(proc_root, pid)?.0)
+}
+
+/// The cgroup path of process `pid` (as [`read_cgroup`]) and the Slurm job any of its
+/// hierarchies names ([`proc_cgroup_job`]), from one reading of `<proc_root>/<pid>/cgroup`.
+pub fn read_cgroup_and_job(
+    proc_root: &Path,
+    pid: u32,
+) -> Result<(Option<String>, Option<SlurmJob>), OwnerError> {
     let dir = proc_root.join(pid.to_string());
     let cgroup_path = dir.join("cgroup");
     match read_small(&cgroup_path, pid) {
         // An empty file: the kernel has cgroups but no hierarchy is mounted (the lab's VM
         // before a test mounts cgroup2): no cgroup, and the process still has a name.
-        Ok(text) if text.trim().is_empty() => Ok(None),
-        Ok(text) => parse_proc_cgroup(&text)
-            .map(Some)
-            .map_err(|detail| OwnerError::Malformed {
+        Ok(text) if text.trim().is_empty() => Ok((None, None)),
+        Ok(text) => match parse_proc_cgroup(&text) {
+            Ok(path) => Ok((Some(path), proc_cgroup_job(&text))),
+            Err(detail) => Err(OwnerError::Malformed {
                 path: cgroup_path,
                 detail,
             }),
+        },
         // No cgroup file (a kernel without cgroups): the process still has a name.
-        Err(OwnerError::Gone { .. }) if dir.is_dir() => Ok(None),
+        Err(OwnerError::Gone { .. }) if dir.is_dir() => Ok((None, None)),
         Err(e) => Err(e),
     }
+}
+
+/// The Slurm job of a `/proc/<pid>/cgroup` file: the first hierarchy whose path names one
+/// ([`slurm_job`]). Under cgroup v1 Slurm places a task in its freezer, cpuset, memory,
+/// devices and cpuacct hierarchies, not in the rdma one (whose path stays `/`), so every
+/// line is looked at, not only the one [`parse_proc_cgroup`] picks.
+pub fn proc_cgroup_job(text: &str) -> Option<SlurmJob> {
+    text.lines()
+        .filter_map(|line| line.splitn(3, ':').nth(2))
+        .find_map(slurm_job)
 }
 
 /// The cgroup path of a `/proc/<pid>/cgroup` file: the unified (v2) hierarchy's entry
@@ -285,6 +335,64 @@ pub fn container_ids(path: &str) -> ContainerIds {
     ids
 }
 
+/// The id of a `job_<digits>` segment.
+fn job_segment(seg: &str) -> Option<&str> {
+    let id = seg.strip_prefix("job_")?;
+    (!id.is_empty() && id.len() <= 10 && id.bytes().all(|b| b.is_ascii_digit())).then_some(id)
+}
+
+/// The step of a `step_<digits|extern|batch|interactive>` segment.
+fn step_segment(seg: &str) -> Option<&str> {
+    let step = seg.strip_prefix("step_")?;
+    let numeric = !step.is_empty() && step.len() <= 10 && step.bytes().all(|b| b.is_ascii_digit());
+    (numeric || matches!(step, "extern" | "batch" | "interactive")).then_some(step)
+}
+
+/// Whether a segment is slurmstepd's delegated scope (`slurmstepd.scope`, or
+/// `<node>_slurmstepd.scope` with multiple slurmd per host).
+fn is_stepd_scope(seg: &str) -> bool {
+    seg == "slurmstepd.scope"
+        || seg
+            .strip_suffix("_slurmstepd.scope")
+            .is_some_and(|node| !node.is_empty())
+}
+
+/// Whether a segment is the cgroup/v1 plugins' root (`slurm`, or `slurm_<node>`).
+fn is_v1_root(seg: &str) -> bool {
+    seg == "slurm"
+        || seg
+            .strip_prefix("slurm_")
+            .is_some_and(|node| !node.is_empty())
+}
+
+/// The Slurm job and step a cgroup path names, following slurmstepd's layouts (see the
+/// module documentation): the job segment must sit right under the slurmstepd scope (v2) or
+/// under `/slurm/uid_<uid>` at the hierarchy's root (v1). Anything else gives `None`.
+pub fn slurm_job(path: &str) -> Option<SlurmJob> {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let job_at = if segs.first().is_some_and(|s| is_v1_root(s)) {
+        // v1: /slurm/uid_<uid>/job_<id>/...
+        let uid = segs.get(1)?.strip_prefix("uid_")?;
+        if uid.is_empty() || !uid.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        2
+    } else {
+        // v2: .../slurmstepd.scope/job_<id>/... (under system.slice by default; the scope
+        // is the anchor, wherever systemd placed it).
+        segs.iter().position(|s| is_stepd_scope(s))? + 1
+    };
+    let id = job_segment(segs.get(job_at)?)?;
+    let step = match segs.get(job_at + 1) {
+        None => "",
+        Some(seg) => step_segment(seg)?,
+    };
+    Some(SlurmJob {
+        id: id.to_string(),
+        step: step.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,5 +464,85 @@ mod tests {
         // A pod-like segment without "kubepods" is not a pod.
         let fake = format!("/user.slice/app-pod{}.slice", UID.replace('-', "_"));
         assert_eq!(container_ids(&fake), ContainerIds::default());
+    }
+
+    fn job(id: &str, step: &str) -> Option<SlurmJob> {
+        Some(SlurmJob {
+            id: id.into(),
+            step: step.into(),
+        })
+    }
+
+    #[test]
+    fn slurm_v2_steps_and_the_node_prefixed_scope() {
+        let scope = "/system.slice/slurmstepd.scope";
+        assert_eq!(
+            slurm_job(&format!("{scope}/job_3385/step_0/user/task_0")),
+            job("3385", "0")
+        );
+        for step in ["extern", "batch", "interactive"] {
+            assert_eq!(
+                slurm_job(&format!("{scope}/job_3385/step_{step}/user/task_0")),
+                job("3385", step)
+            );
+        }
+        // slurmstepd itself, and a pid a plugin added to the step but to no task.
+        assert_eq!(
+            slurm_job(&format!("{scope}/job_7/step_12/slurm")),
+            job("7", "12")
+        );
+        assert_eq!(
+            slurm_job(&format!("{scope}/job_7/step_12/user/task_special")),
+            job("7", "12")
+        );
+        assert_eq!(
+            slurm_job("/system.slice/gamba1_slurmstepd.scope/job_9/step_1/user/task_3"),
+            job("9", "1")
+        );
+        // The waiting area and the infinity process are in the scope but in no job.
+        assert_eq!(slurm_job(&format!("{scope}/system")), None);
+        assert_eq!(slurm_job(scope), None);
+    }
+
+    #[test]
+    fn slurm_v1_layout_under_the_slurm_root() {
+        assert_eq!(
+            slurm_job("/slurm/uid_1000/job_777/step_0/task_1"),
+            job("777", "0")
+        );
+        assert_eq!(
+            slurm_job("/slurm/uid_0/job_5/step_batch"),
+            job("5", "batch")
+        );
+        assert_eq!(slurm_job("/slurm/uid_1000/job_777"), job("777", ""));
+        assert_eq!(
+            slurm_job("/slurm_node3/uid_1000/job_8/step_extern/task_0"),
+            job("8", "extern")
+        );
+    }
+
+    #[test]
+    fn slurm_lookalikes_are_not_jobs() {
+        for path in [
+            "/user.slice/job_1/x",
+            "/user.slice/user-1000.slice/job_42.scope",
+            "/kubepods/burstable/pod1b2c3d4e-5f60-4718-92a3-b4c5d6e7f809/job_5",
+            "/system.slice/job_3385/step_0/user/task_0",
+            "/system.slice/slurmd.service/job_3385/step_0",
+            "/system.slice/slurmstepd.scope/x/job_3385/step_0",
+            "/system.slice/slurmstepd.scope/job_/step_0",
+            "/system.slice/slurmstepd.scope/job_12a/step_0",
+            "/system.slice/slurmstepd.scope/job_3385/step_x",
+            "/system.slice/slurmstepd.scope/job_3385/user/task_0",
+            "/system.slice/_slurmstepd.scope/job_3385/step_0",
+            "/system.slice/notslurmstepd.scope/job_3385/step_0",
+            "/lab/slurm/uid_1000/job_777/step_0",
+            "/slurm/job_777/step_0",
+            "/slurm/uid_x/job_777/step_0",
+            "/slurmd/uid_1000/job_777/step_0",
+            "/",
+        ] {
+            assert_eq!(slurm_job(path), None, "{path}");
+        }
     }
 }

@@ -208,3 +208,62 @@ fn grouping_by_cgroup_and_pod_sums_over_devices() {
     let totals: Vec<u64> = by_cg.iter().map(|(_, h)| h.total()).collect();
     assert!(totals.windows(2).all(|w| w[0] >= w[1]), "{totals:?}");
 }
+
+/// The captured processes, with `ibv_srq_pingpong` (pid 170) in step 0 of Slurm job 4242
+/// (cgroup/v2 layout, `../proc-owners/130`'s shape) and `ibv_rc_pingpong` (168) in the
+/// extern step of the same job: a copy of proc-captured with two cgroup files replaced.
+fn slurm_proc_tree(name: &str) -> PathBuf {
+    let root = std::env::temp_dir().join(format!("rdmakit-{name}-{}", std::process::id()));
+    for (pid, step) in [("168", "extern"), ("170", "0")] {
+        let dir = root.join(pid);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(
+            data("proc-captured").join(pid).join("comm"),
+            dir.join("comm"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("cgroup"),
+            format!("0::/system.slice/slurmstepd.scope/job_4242/step_{step}/user/task_0\n"),
+        )
+        .unwrap();
+    }
+    root
+}
+
+#[test]
+fn slurm_jobs_label_owners_and_group_by_job() {
+    let root = slurm_proc_tree("slurm-owners");
+    let report = tally(TallyOptions {
+        proc_root: root.clone(),
+        ..options()
+    })
+    .finish(256);
+    let srq = report
+        .rows
+        .iter()
+        .find(|r| r.owner.pid == Some(170))
+        .unwrap();
+    assert_eq!(
+        (srq.owner.job_id.as_str(), srq.owner.job_step.as_str()),
+        ("4242", "0")
+    );
+    let rc = report
+        .rows
+        .iter()
+        .find(|r| r.owner.pid == Some(168))
+        .unwrap();
+    assert_eq!(
+        (rc.owner.job_id.as_str(), rc.owner.job_step.as_str()),
+        ("4242", "extern")
+    );
+    let kernel = report.rows.iter().find(|r| r.owner.comm == KERNEL).unwrap();
+    assert_eq!(kernel.owner.job_id, "");
+    // By job: both steps' QPs (16 + 1) in one row; the kernel's outside any job.
+    let by_job = report.grouped(Grouping::Job);
+    let job = by_job.iter().find(|(k, _)| k.job_id == "4242").unwrap();
+    assert_eq!(job.1.objects.get("qp"), Some(&17));
+    assert_eq!(job.0.job_step, "", "a job row sums its steps");
+    assert!(by_job.iter().any(|(k, _)| k.job_id.is_empty()));
+    std::fs::remove_dir_all(&root).unwrap();
+}

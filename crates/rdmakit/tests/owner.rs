@@ -96,6 +96,49 @@ fn a_gone_process_and_a_malformed_file_are_errors_that_say_so() {
 }
 
 #[test]
+fn slurm_jobs_from_both_cgroup_plugins() {
+    let cases = [
+        (130, "3385", "0"),
+        (131, "3385", "extern"),
+        (132, "777", "0"),
+        (133, "12", "batch"),
+    ];
+    for (pid, id, step) in cases {
+        let o = read_owner(&root(), pid).unwrap_or_else(|e| panic!("pid {pid}: {e}"));
+        let job = o
+            .job
+            .unwrap_or_else(|| panic!("pid {pid}: no job in {:?}", o.cgroup));
+        assert_eq!(
+            (job.id.as_str(), job.step.as_str()),
+            (id, step),
+            "pid {pid}"
+        );
+        assert_eq!(o.ids, Default::default(), "pid {pid}: no pod, no container");
+    }
+}
+
+#[test]
+fn slurm_v1_job_is_found_though_the_rdma_hierarchy_is_at_the_root() {
+    // The owner's cgroup stays the rdma controller's (`/`); the job comes from the others.
+    let o = read_owner(&root(), 132).unwrap();
+    assert_eq!(o.cgroup.as_deref(), Some("/"));
+    assert_eq!(o.job.map(|j| j.id).as_deref(), Some("777"));
+}
+
+#[test]
+fn slurm_lookalikes_and_other_owners_have_no_job() {
+    for pid in [101, 102, 106, 107, 108, 110, 134] {
+        let o = read_owner(&root(), pid).unwrap();
+        assert_eq!(o.job, None, "pid {pid}: {:?}", o.cgroup);
+    }
+    let o = read_owner(&root(), 134).unwrap();
+    assert_eq!(
+        o.cgroup.as_deref(),
+        Some("/user.slice/user-1000.slice/job_1/x")
+    );
+}
+
+#[test]
 fn the_live_proc_of_this_test_reads() {
     // The real /proc: this process exists, has a name, and a cgroup path on Linux.
     let o = read_owner(std::path::Path::new("/proc"), std::process::id()).unwrap();

@@ -219,6 +219,12 @@ fn print_who(out: &mut impl Write, who: &Who) -> std::io::Result<()> {
         if !o.pod_uid.is_empty() {
             whom.push_str(&format!(", pod {}", o.pod_uid));
         }
+        if !o.job_id.is_empty() {
+            whom.push_str(&format!(", Slurm job {}", o.job_id));
+            if !o.job_step.is_empty() {
+                whom.push_str(&format!(" step {}", o.job_step));
+            }
+        }
         writeln!(
             out,
             "[WARN ] {} QP(s) in ERR on {} held by {whom}",
@@ -294,4 +300,36 @@ fn print_human(out: &mut impl Write, diag: &Diagnosis, verbose: bool) -> std::io
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod who_tests {
+    use super::*;
+
+    #[test]
+    fn qps_in_error_name_the_slurm_job_and_step() {
+        let who = Who {
+            qps_in_error: vec![QpsInError {
+                device: "mlx5_0".into(),
+                owner: rdmakit::attribution::OwnerKey {
+                    comm: "ib_write_bw".into(),
+                    cgroup: "/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0".into(),
+                    job_id: "4242".into(),
+                    job_step: "0".into(),
+                    pid: Some(812),
+                    ..Default::default()
+                },
+                qps: 2,
+            }],
+            cgroups_at_limit: vec![],
+            notes: vec![],
+        };
+        let mut out = Vec::new();
+        print_who(&mut out, &who).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with("[WARN ] 2 QP(s) in ERR on mlx5_0 held by ib_write_bw (pid 812), cgroup /system.slice/slurmstepd.scope/job_4242/step_0/user/task_0, Slurm job 4242 step 0\n"),
+            "{text}"
+        );
+    }
 }

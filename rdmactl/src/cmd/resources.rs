@@ -1,6 +1,6 @@
 //! `rdmactl resources`: RDMA resources from the nldev netlink interface, like
 //! `rdma res show [qp|cq|mr|pd|cm_id|ctx|srq]`: a per-device summary, or one line per object
-//! with its owner, as a table or as JSON; `--by process|cgroup|pod`: who holds them
+//! with its owner, as a table or as JSON; `--by process|cgroup|pod|job`: who holds them
 //! (`rdmakit::attribution`, the same tally as rdmad's `netlink_owners` collector).
 //!
 //! Data comes from `rdmakit::nldev`; this file only selects and formats. Memory keys and
@@ -54,6 +54,8 @@ pub enum By {
     Cgroup,
     /// One row per Kubernetes pod (objects outside pods: one row without a pod).
     Pod,
+    /// One row per Slurm job, its steps summed (objects outside jobs: one row without a job).
+    Job,
 }
 
 /// Show RDMA resources (QPs, CQs, MRs, PDs, CM IDs, contexts, SRQs) like `rdma res show`.
@@ -62,7 +64,7 @@ pub struct Args {
     /// Resource kind; without it, a per-device count of every kind.
     #[arg(conflicts_with = "by")]
     pub kind: Option<Kind>,
-    /// Who holds the objects: counts of every kind per process, cgroup or pod (owners from
+    /// Who holds the objects: counts of every kind per process, cgroup, pod or Slurm job (owners from
     /// /proc/<pid>/cgroup), most objects first.
     #[arg(long, value_enum)]
     pub by: Option<By>,
@@ -314,6 +316,7 @@ fn print_owners(
         By::Process => Grouping::Process,
         By::Cgroup => Grouping::Cgroup,
         By::Pod => Grouping::Pod,
+        By::Job => Grouping::Job,
     };
     let groups = report.grouped(grouping);
     if json {
@@ -345,6 +348,7 @@ fn print_owners(
         By::Process => &["PID", "COMM", "CGROUP"],
         By::Cgroup => &["CGROUP"],
         By::Pod => &["POD"],
+        By::Job => &["JOB"],
     };
     let mut header: Vec<String> = who.iter().map(|s| s.to_string()).collect();
     header.extend(KINDS.iter().map(|k| k.name().to_ascii_uppercase()));
@@ -364,6 +368,7 @@ fn print_owners(
                 o.cgroup.clone()
             }],
             By::Pod => vec![or_dash(&o.pod_uid).to_string()],
+            By::Job => vec![or_dash(&o.job_id).to_string()],
         };
         for k in KINDS {
             row.push(h.objects.get(k.name()).copied().unwrap_or(0).to_string());
@@ -406,11 +411,19 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
+    fn data() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/rdmakit/tests/data")
+    }
+
     /// The captured lab dumps (crates/rdmakit/tests/data/nldev) with their /proc tree.
     fn captured() -> OwnerReport {
-        let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/rdmakit/tests/data");
+        tally_with(data().join("proc-captured"))
+    }
+
+    fn tally_with(proc_root: PathBuf) -> OwnerReport {
+        let data = data();
         let mut tally = Tally::new(TallyOptions {
-            proc_root: data.join("proc-captured"),
+            proc_root,
             pids: true,
             ..TallyOptions::default()
         });
@@ -450,6 +463,52 @@ mod tests {
         assert!(
             row.get("pod_uid").is_none(),
             "empty labels are left out: {row}"
+        );
+    }
+
+    #[test]
+    fn by_job_sums_a_jobs_steps_in_one_row() {
+        // The captured processes with ibv_srq_pingpong (170) in step 0 and ibv_rc_pingpong
+        // (168) in the extern step of Slurm job 4242 (slurmstepd's cgroup v2 layout).
+        let root = std::env::temp_dir().join(format!("rdmactl-by-job-{}", std::process::id()));
+        for (pid, step) in [("168", "extern"), ("170", "0")] {
+            let dir = root.join(pid);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::copy(
+                data().join("proc-captured").join(pid).join("comm"),
+                dir.join("comm"),
+            )
+            .unwrap();
+            std::fs::write(
+                dir.join("cgroup"),
+                format!("0::/system.slice/slurmstepd.scope/job_4242/step_{step}/user/task_0\n"),
+            )
+            .unwrap();
+        }
+        let report = tally_with(root.clone());
+        std::fs::remove_dir_all(&root).unwrap();
+        let mut out = Vec::new();
+        print_owners(&mut out, &report, By::Job, false).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("JOB "), "{text}");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("4242 "))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(line.split_whitespace().nth(1), Some("17"), "{line}");
+        assert!(text.lines().any(|l| l.starts_with("- ")), "{text}");
+        let mut out = Vec::new();
+        print_owners(&mut out, &report, By::Process, true).unwrap();
+        let rows: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let row = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["pid"] == 168)
+            .unwrap();
+        assert_eq!(
+            (&row["job_id"], &row["job_step"]),
+            (&"4242".into(), &"extern".into())
         );
     }
 }

@@ -1,10 +1,12 @@
 //! The `netlink_owners` collector: who holds RDMA objects. The RDMA netlink QP, CQ, MR, PD,
 //! context and CM ID dumps, tallied per owner as they stream in (`rdmakit::attribution`).
 //!
-//! - `rdma_owner_objects{device,type,comm,cgroup,pod_uid,container_id}`: objects per owner.
-//! - `rdma_owner_qps{device,state,qp_type,comm,cgroup,pod_uid,container_id}`: QPs by state
-//!   and type (an owner's QPs in `ERR` are the ones that failed).
-//! - `rdma_owner_mr_bytes{device,comm,cgroup,pod_uid,container_id}`: bytes registered.
+//! - `rdma_owner_objects{device,type,comm,cgroup,pod_uid,container_id,job_id,job_step}`:
+//!   objects per owner.
+//! - `rdma_owner_qps{device,state,qp_type,comm,cgroup,pod_uid,container_id,job_id,job_step}`:
+//!   QPs by state and type (an owner's QPs in `ERR` are the ones that failed).
+//! - `rdma_owner_mr_bytes{device,comm,cgroup,pod_uid,container_id,job_id,job_step}`: bytes
+//!   registered.
 //! - `rdma_owners_folded`: owners beyond `--collector.netlink_owners.max-owners` (default
 //!   256), folded into `comm="other"`.
 //! - `rdma_owner_objects_unread{device,type}`: objects beyond
@@ -12,7 +14,8 @@
 //!
 //! The owner is the creating process: its `comm`, its cgroup path (`/proc/<pid>/cgroup`
 //! under `--path.procfs`) and, where the path follows the kubelet's conventions, `pod_uid`
-//! and `container_id` (empty otherwise). Objects of kernel users (the GSI QP, NVMe-oF,
+//! and `container_id`, and where it follows slurmstepd's (cgroup v1 or v2), the Slurm
+//! `job_id` and `job_step` (`0`, `extern`, `batch`; empty otherwise). Objects of kernel users (the GSI QP, NVMe-oF,
 //! IPoIB) are `comm="kernel"`; objects whose process exited before it was read are
 //! `comm="unknown"`. There is no `pid` label unless `--collector.netlink_owners.pid` is
 //! set: pids churn and every new one is a new series. The kernel shows only objects of
@@ -30,7 +33,7 @@ use crate::metrics::{Declared, MetricSet, Value};
 
 const OBJECTS: Declared = Declared::gauge(
     "rdma_owner_objects",
-    "RDMA objects of each type held by each owner (process name, cgroup, pod, container), from the RDMA netlink resource dumps",
+    "RDMA objects of each type held by each owner (process name, cgroup, pod, container, Slurm job), from the RDMA netlink resource dumps",
 );
 const QPS: Declared = Declared::gauge(
     rdmakit::attribution::OWNER_QPS_METRIC,
@@ -52,7 +55,7 @@ const UNREAD: Declared = Declared::gauge(
 /// The table row.
 pub const SPEC: CollectorSpec = CollectorSpec {
     name: "netlink_owners",
-    help: "RDMA objects (QPs by state and type, CQs, MRs, PDs, contexts, CM IDs) per owner: process name, cgroup, pod and container",
+    help: "RDMA objects (QPs by state and type, CQs, MRs, PDs, contexts, CM IDs) per owner: process name, cgroup, pod, container and Slurm job",
     default_enabled: true,
     metrics: &[OBJECTS, QPS, MR_BYTES, FOLDED, UNREAD],
     catalog_counters: &[],
@@ -108,6 +111,8 @@ fn owner_labels(owner: &OwnerKey) -> Vec<(&'static str, String)> {
         ("cgroup", owner.cgroup.clone()),
         ("pod_uid", owner.pod_uid.clone()),
         ("container_id", owner.container_id.clone()),
+        ("job_id", owner.job_id.clone()),
+        ("job_step", owner.job_step.clone()),
     ];
     if let Some(pid) = owner.pid {
         labels.push(("pid", pid.to_string()));
@@ -234,7 +239,7 @@ mod tests {
     #[test]
     fn captured_dumps_give_per_owner_series_without_pids() {
         let text = exposition(false, 256, u64::MAX);
-        let b = "device=\"rxe_b\",type=\"qp\",comm=\"ibv_srq_pingpon\",cgroup=\"/lab.slice/job-b.scope\",pod_uid=\"\",container_id=\"\"";
+        let b = "device=\"rxe_b\",type=\"qp\",comm=\"ibv_srq_pingpon\",cgroup=\"/lab.slice/job-b.scope\",pod_uid=\"\",container_id=\"\",job_id=\"\",job_step=\"\"";
         assert!(
             text.contains(&format!("rdma_owner_objects{{{b}}} 16\n")),
             "{text}"
@@ -243,7 +248,7 @@ mod tests {
             "rdma_owner_qps{device=\"rxe_b\",state=\"INIT\",qp_type=\"RC\",comm=\"ibv_srq_pingpon\""
         ));
         assert!(text.contains(
-            "rdma_owner_qps{device=\"rxe0\",state=\"RTS\",qp_type=\"GSI\",comm=\"kernel\",cgroup=\"\",pod_uid=\"\",container_id=\"\"} 1\n"
+            "rdma_owner_qps{device=\"rxe0\",state=\"RTS\",qp_type=\"GSI\",comm=\"kernel\",cgroup=\"\",pod_uid=\"\",container_id=\"\",job_id=\"\",job_step=\"\"} 1\n"
         ));
         assert!(text.contains("pod_uid=\"1b2c3d4e-5f60-4718-92a3-b4c5d6e7f809\""));
         assert!(text.contains("rdma_owners_folded 0\n"));
@@ -259,5 +264,34 @@ mod tests {
         assert!(text.contains("comm=\"other\""));
         assert!(text.contains("rdma_owners_folded 3\n"), "{text}");
         assert!(text.contains("rdma_owner_objects_unread{device=\"rxe_b\",type=\"qp\"} 13\n"));
+    }
+
+    #[test]
+    fn a_slurm_owner_carries_its_job_and_step() {
+        use rdmakit::attribution::{Holdings, OwnerReport, OwnerRow};
+        let mut holdings = Holdings::default();
+        holdings.objects.insert("qp", 2);
+        holdings.qps.insert(("ERR".into(), "RC".into()), 2);
+        let report = OwnerReport {
+            rows: vec![OwnerRow {
+                device: "mlx5_0".into(),
+                owner: OwnerKey {
+                    comm: "ib_write_bw".into(),
+                    cgroup: "/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0".into(),
+                    job_id: "4242".into(),
+                    job_step: "0".into(),
+                    ..OwnerKey::default()
+                },
+                holdings,
+            }],
+            ..OwnerReport::default()
+        };
+        let mut out = MetricSet::new();
+        export(&mut out, &report).unwrap();
+        let text = out.encode(Format::Text);
+        assert!(
+            text.contains("rdma_owner_qps{device=\"mlx5_0\",state=\"ERR\",qp_type=\"RC\",comm=\"ib_write_bw\",cgroup=\"/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\",pod_uid=\"\",container_id=\"\",job_id=\"4242\",job_step=\"0\"} 2\n"),
+            "{text}"
+        );
     }
 }

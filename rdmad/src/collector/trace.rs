@@ -6,10 +6,10 @@
 //! The tracer is started once, when the collector is built, and runs in its own thread;
 //! every scrape reads its totals ([`TraceCollector::snapshot`]) and exports:
 //!
-//! - `rdma_trace_events_total{kind,comm,cgroup,pod_uid,device}`: control-path calls and
-//!   events by kind (`mr_reg`, `qp_modify`, ...), process name, the process's cgroup path
-//!   and Kubernetes pod UID (read from `--path.procfs` as each event arrives; `""` when
-//!   unknown) and device;
+//! - `rdma_trace_events_total{kind,comm,cgroup,pod_uid,job_id,device}`: control-path calls
+//!   and events by kind (`mr_reg`, `qp_modify`, ...), process name, the process's cgroup
+//!   path, Kubernetes pod UID and Slurm job id (read from `--path.procfs` as each event
+//!   arrives; `""` when unknown) and device;
 //! - `rdma_trace_qp_transitions_total{device,from,to}`: successful QP state changes
 //!   (`from="?"` for a QP created before the tracer started);
 //! - `rdma_trace_call_errors_total{kind,device,error}`: failed calls by symbolic errno;
@@ -38,7 +38,7 @@ use crate::metrics::{Declared, Histogram, MetricSet, Value};
 /// The families this collector adds (all of them: see [`CollectorSpec::metrics`]).
 const EVENTS: Declared = Declared::counter(
     "rdma_trace_events",
-    "RDMA control-path calls and events seen by the eBPF tracer, by kind, process name, its cgroup and pod, and device",
+    "RDMA control-path calls and events seen by the eBPF tracer, by kind, process name, its cgroup, pod and Slurm job, and device",
 );
 const QP_TRANSITIONS: Declared = Declared::counter(
     "rdma_trace_qp_transitions",
@@ -155,6 +155,7 @@ pub(crate) fn export(
                 ("comm", e.comm.clone()),
                 ("cgroup", e.cgroup.clone()),
                 ("pod_uid", e.pod_uid.clone()),
+                ("job_id", e.job_id.clone()),
                 ("device", e.device.clone()),
             ],
             Value::Int(e.count),
@@ -234,6 +235,7 @@ mod tests {
                     comm: "ib_write_bw".into(),
                     cgroup: "/kubepods.slice/kubepods-pod0c6d6f50_5a4e_4c0b_9a43_2f1d5e8b7a61.slice/cri-containerd-0123.scope".into(),
                     pod_uid: "0c6d6f50-5a4e-4c0b-9a43-2f1d5e8b7a61".into(),
+                    job_id: String::new(),
                     device: "rxe0".into(),
                     count: 4,
                     errors: 1,
@@ -243,6 +245,7 @@ mod tests {
                     comm: "other".into(),
                     cgroup: String::new(),
                     pod_uid: String::new(),
+                    job_id: String::new(),
                     device: "-".into(),
                     count: 2,
                     errors: 0,
@@ -252,8 +255,19 @@ mod tests {
                     comm: "app".into(),
                     cgroup: "/app".into(),
                     pod_uid: String::new(),
+                    job_id: String::new(),
                     device: "mlx5_0".into(),
                     count: 9,
+                    errors: 0,
+                },
+                EventCount {
+                    kind: EventKind::QpCreate,
+                    comm: "ib_write_bw".into(),
+                    cgroup: "/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0".into(),
+                    pod_uid: String::new(),
+                    job_id: "4242".into(),
+                    device: "rxe0".into(),
+                    count: 2,
                     errors: 0,
                 },
             ],
@@ -302,8 +316,9 @@ mod tests {
         export(&stats(), &rxe_only(), &mut set).unwrap();
         let text = set.encode(Format::Text);
         for line in [
-            "rdma_trace_events_total{kind=\"qp_modify\",comm=\"ib_write_bw\",cgroup=\"/kubepods.slice/kubepods-pod0c6d6f50_5a4e_4c0b_9a43_2f1d5e8b7a61.slice/cri-containerd-0123.scope\",pod_uid=\"0c6d6f50-5a4e-4c0b-9a43-2f1d5e8b7a61\",device=\"rxe0\"} 4\n",
-            "rdma_trace_events_total{kind=\"mr_reg\",comm=\"other\",cgroup=\"\",pod_uid=\"\",device=\"-\"} 2\n",
+            "rdma_trace_events_total{kind=\"qp_modify\",comm=\"ib_write_bw\",cgroup=\"/kubepods.slice/kubepods-pod0c6d6f50_5a4e_4c0b_9a43_2f1d5e8b7a61.slice/cri-containerd-0123.scope\",pod_uid=\"0c6d6f50-5a4e-4c0b-9a43-2f1d5e8b7a61\",job_id=\"\",device=\"rxe0\"} 4\n",
+            "rdma_trace_events_total{kind=\"mr_reg\",comm=\"other\",cgroup=\"\",pod_uid=\"\",job_id=\"\",device=\"-\"} 2\n",
+            "rdma_trace_events_total{kind=\"qp_create\",comm=\"ib_write_bw\",cgroup=\"/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\",pod_uid=\"\",job_id=\"4242\",device=\"rxe0\"} 2\n",
             "rdma_trace_qp_transitions_total{device=\"rxe0\",from=\"RTS\",to=\"ERR\"} 3\n",
             "rdma_trace_qp_transitions_total{device=\"rxe0\",from=\"?\",to=\"INIT\"} 1\n",
             "rdma_trace_call_errors_total{kind=\"qp_modify\",device=\"rxe0\",error=\"EINVAL\"} 1\n",

@@ -47,3 +47,42 @@ impl Drop for TestCgroup {
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
+
+/// The directories of a Slurm cgroup v2 step as slurmstepd lays them out (Slurm's "Control
+/// Group v2 plugin" page: `system.slice/slurmstepd.scope/job_<id>/step_<step>/user/task_0`),
+/// made with mkdir under the root; `task` is the leaf a test process joins. Removed leaf
+/// first on drop (directories that existed before are left alone).
+pub struct SlurmStepCgroup {
+    made: Vec<PathBuf>,
+    pub task: PathBuf,
+}
+
+impl SlurmStepCgroup {
+    pub fn new(root: &Path, job: u32, step: &str) -> SlurmStepCgroup {
+        let rel = format!("system.slice/slurmstepd.scope/job_{job}/step_{step}/user/task_0");
+        let mut made = Vec::new();
+        let mut dir = root.to_path_buf();
+        for seg in rel.split('/') {
+            dir.push(seg);
+            if !dir.exists() {
+                std::fs::create_dir(&dir)
+                    .unwrap_or_else(|e| panic!("FAIL: mkdir {}: {e}", dir.display()));
+                made.push(dir.clone());
+            }
+        }
+        SlurmStepCgroup { made, task: dir }
+    }
+
+    /// The path `/proc/<pid>/cgroup` shows for a process in [`task`](Self::task).
+    pub fn path(&self, root: &Path) -> String {
+        format!("/{}", self.task.strip_prefix(root).unwrap().display())
+    }
+}
+
+impl Drop for SlurmStepCgroup {
+    fn drop(&mut self) {
+        for dir in self.made.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}

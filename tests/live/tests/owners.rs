@@ -9,7 +9,7 @@
 //! The lab kernel (Debian 6.1) has the rdma cgroup controller; this test mounts cgroup v2 at
 //! /sys/fs/cgroup if the lab did not, and fails (never skips) without the controller.
 
-use live_tests::cgroup::TestCgroup;
+use live_tests::cgroup::{SlurmStepCgroup, TestCgroup};
 use live_tests::{parse_exposition, rdma_json, rdmactl_bin, rdmad_bin, LAB_DEVICE};
 use rdma_verbs::AccessFlags;
 use std::collections::BTreeMap;
@@ -347,6 +347,84 @@ fn per_owner_counts_equal_rdma_res_show_and_carry_the_cgroup() {
     assert!(line.contains("cgroup /live-owners-a"), "{line}");
     assert!(line.contains(&format!("pid {}", a.held.pid)), "{line}");
     drop((a, b));
+}
+
+#[test]
+fn a_slurm_step_cgroup_names_the_job_in_series_resources_and_doctor() {
+    let _one = CGROUPS.lock().unwrap_or_else(|e| e.into_inner());
+    let root = live_tests::cgroup::mounted_root();
+    // slurmstepd's cgroup v2 layout for step 0 of job 4242, made with mkdir.
+    let step = SlurmStepCgroup::new(&root, 4242, "0");
+    let h = hold(&step.task, 2, 1, 1, false);
+    assert_eq!((h.held.qps, h.held.mrs), (2, 1));
+    let path = step.path(&root);
+    assert_eq!(
+        path,
+        "/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0"
+    );
+
+    let m = rdmad_once(&[OWNER_ARGS, &["--collector.netlink_owners.pid"]].concat());
+    let ours = [
+        format!("pid=\"{}\"", h.held.pid),
+        format!("cgroup=\"{path}\""),
+        "job_id=\"4242\"".to_string(),
+        "job_step=\"0\"".to_string(),
+    ];
+    assert_eq!(
+        sum(
+            &m,
+            "rdma_owner_objects",
+            &[&ours[..], &["type=\"qp\"".to_string()]].concat()
+        ),
+        rdma_count("qp", h.held.pid) as f64,
+        "rdma_owner_objects of the job's holder:\n{m:#?}"
+    );
+    assert_eq!(
+        sum(
+            &m,
+            "rdma_owner_qps",
+            &[&ours[..], &["state=\"ERR\"".to_string()]].concat()
+        ),
+        1.0
+    );
+    // The kernel's GSI QP is in no job.
+    assert!(
+        m.keys()
+            .filter(|k| k.contains("comm=\"kernel\""))
+            .all(|k| k.contains("job_id=\"\"")),
+        "{m:#?}"
+    );
+
+    let out = Command::new(rdmactl_bin())
+        .args(["resources", "--by", "job", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let job = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["job_id"] == "4242")
+        .unwrap_or_else(|| panic!("no row for job 4242: {rows}"));
+    assert_eq!(job["objects"]["qp"], 2, "{job}");
+    assert_eq!(job["objects"]["mr"], 1, "{job}");
+
+    let out = Command::new(rdmactl_bin())
+        .args(["doctor", "--interval", "0.2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("QP(s) in ERR") && l.contains(&format!("pid {}", h.held.pid)))
+        .unwrap_or_else(|| panic!("doctor names no QP in ERR of the job's holder:\n{text}"));
+    assert!(line.contains("Slurm job 4242 step 0"), "{line}");
+    drop(h);
 }
 
 #[test]

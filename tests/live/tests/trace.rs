@@ -635,3 +635,77 @@ fn trace_and_rdmad_name_the_cgroup_of_the_calling_process() {
             .join("\n")
     );
 }
+
+#[test]
+fn trace_and_rdmad_name_the_slurm_job_of_the_calling_process() {
+    let root = live_tests::cgroup::mounted_root();
+    // slurmstepd's cgroup v2 layout for step 0 of job 4242, made with mkdir.
+    let step = live_tests::cgroup::SlurmStepCgroup::new(&root, 4242, "0");
+    let rdmad = Rdmad::start_with(
+        &["--collector.trace"],
+        RdmadOptions {
+            startup: Duration::from_secs(60),
+            ..RdmadOptions::default()
+        },
+    );
+    let trace = start_trace("mr");
+    // The shell joins the task cgroup, then becomes the experiment (same pid).
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {} experiment run qp-errors --json --device {LAB_DEVICE}",
+        step.task.display(),
+        rdmactl_bin().display()
+    );
+    let experiment = Command::new("sh")
+        .args(["-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("FAIL: cannot start sh");
+    let pid = experiment.id();
+    let out = experiment
+        .wait_with_output()
+        .expect("wait for the experiment");
+    assert!(
+        out.status.success(),
+        "FAIL: qp-errors in the Slurm step cgroup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = trace.until("an MR registration of the experiment with its job", |evs| {
+        evs.iter()
+            .any(|e| e["pid"] == pid && e["kind"] == "mr_reg" && e["job_id"] == "4242")
+    });
+    for e in events.iter().filter(|e| e["pid"] == pid) {
+        assert_eq!(e["cgroup"], step.path(&root).as_str(), "{e}");
+        assert_eq!(
+            (&e["job_id"], &e["job_step"]),
+            (&"4242".into(), &"0".into()),
+            "{e}"
+        );
+    }
+    let ours = |text: &str| -> f64 {
+        text.lines()
+            .filter(|l| {
+                l.starts_with("rdma_trace_events_total{")
+                    && l.contains("comm=\"rdmactl\"")
+                    && l.contains("job_id=\"4242\"")
+            })
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = rdmad.scrape().text;
+        if ours(&text) > 0.0 || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        ours(&text) > 0.0,
+        "FAIL: no rdma_trace_events_total{{comm=\"rdmactl\",job_id=\"4242\"}} > 0:\n{}",
+        text.lines()
+            .filter(|l| l.starts_with("rdma_trace_events_total"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

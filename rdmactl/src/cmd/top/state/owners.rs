@@ -51,6 +51,8 @@ fn owner_text(key: &OwnerKey) -> (String, String) {
     };
     let place = if !key.pod_uid.is_empty() {
         format!("pod {}", key.pod_uid)
+    } else if !key.job_id.is_empty() {
+        format!("job {}", key.job_id)
     } else {
         key.cgroup.clone()
     };
@@ -100,6 +102,8 @@ pub fn from_exposition(exposition: &rdmakit::exposition::Exposition) -> Option<O
             cgroup: label("cgroup"),
             pod_uid: label("pod_uid"),
             container_id: label("container_id"),
+            job_id: label("job_id"),
+            job_step: label("job_step"),
             pid: s.label("pid").and_then(|p| p.parse().ok()),
         };
         // Gauges of whole QPs: anything else (NaN, negative) counts as none.
