@@ -29,6 +29,7 @@
 
 #define MSG_SIZE 64
 #define PORT 1
+#define QUEUE_DEPTH 16 /* WRs each queue of a QP holds */
 
 struct side {
 	const char *name;
@@ -239,8 +240,10 @@ int main(int argc, char **argv)
 			fprintf(stderr, "FAIL: ibv_reg_mr: %s\n", strerror(errno));
 			goto out;
 		}
-		/* 5. A completion queue: where finished work shows up. */
-		s[i].cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+		/* 5. A completion queue: where finished work shows up. Both queues of the QP
+		 * complete into it, so it holds as many entries as both can have posted:
+		 * a full CQ is an overrun (IBV_EVENT_CQ_ERR), not back-pressure. */
+		s[i].cq = ibv_create_cq(ctx, 2 * QUEUE_DEPTH, NULL, NULL, 0);
 		if (!s[i].cq) {
 			fprintf(stderr, "FAIL: ibv_create_cq: %s\n", strerror(errno));
 			goto out;
@@ -250,8 +253,8 @@ int main(int argc, char **argv)
 		init.send_cq = s[i].cq;
 		init.recv_cq = s[i].cq;
 		init.qp_type = IBV_QPT_RC;
-		init.cap.max_send_wr = 16;
-		init.cap.max_recv_wr = 16;
+		init.cap.max_send_wr = QUEUE_DEPTH;
+		init.cap.max_recv_wr = QUEUE_DEPTH;
 		init.cap.max_send_sge = 1;
 		init.cap.max_recv_sge = 1;
 		s[i].qp = ibv_create_qp(pd, &init);

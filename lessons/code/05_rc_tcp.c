@@ -28,6 +28,7 @@
  */
 #include <getopt.h>
 #include <netdb.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
 #include <sys/socket.h>
@@ -170,6 +171,11 @@ static int side_open(struct side *s, const char *dev, size_t size)
 	}
 	if (pick_gid(s->ctx, 1, lab_netdev(), &s->gid_index, &s->gid))
 		return -1;
+	/* Async events are read without blocking while completions are awaited. */
+	if (fcntl(s->ctx->async_fd, F_SETFL, fcntl(s->ctx->async_fd, F_GETFL) | O_NONBLOCK)) {
+		FAIL("fcntl(async_fd): %s", strerror(errno));
+		return -1;
+	}
 	s->send_buf = calloc(1, size);
 	s->recv_buf = calloc(1, size);
 	s->pd = ibv_alloc_pd(s->ctx);
@@ -275,6 +281,35 @@ static int post_send(struct side *s)
  */
 static int wait_s = 60; /* -w: how long to wait for one completion */
 
+/*
+ * The device's async events (non-blocking fd, checked while a completion is awaited):
+ * print and acknowledge each; -1 for one that means this connection is broken (a QP or
+ * CQ error, the port or the device gone), which no completion may ever report.
+ */
+static int check_async(struct side *s, const char *who)
+{
+	struct ibv_async_event ae;
+	int broken = 0;
+
+	while (ibv_get_async_event(s->ctx, &ae) == 0) {
+		printf("%s: async event %s\n", who, ibv_event_type_str(ae.event_type));
+		switch (ae.event_type) {
+		case IBV_EVENT_QP_FATAL:
+		case IBV_EVENT_QP_REQ_ERR:
+		case IBV_EVENT_QP_ACCESS_ERR:
+		case IBV_EVENT_CQ_ERR:
+		case IBV_EVENT_PORT_ERR:
+		case IBV_EVENT_DEVICE_FATAL:
+			broken = 1;
+			break;
+		default:
+			break;
+		}
+		ibv_ack_async_event(&ae);
+	}
+	return broken ? -1 : 0;
+}
+
 static int wait_wc(struct side *s, int tcp, uint64_t want, const char *who)
 {
 	double deadline = now_us() + wait_s * 1e6;
@@ -304,6 +339,8 @@ static int wait_wc(struct side *s, int tcp, uint64_t want, const char *who)
 		}
 		if (n == 1)
 			continue;
+		if (check_async(s, who))
+			return -1;
 		if (want == 1) {
 			struct pollfd p = { .fd = tcp, .events = POLLIN };
 

@@ -26,7 +26,7 @@ struct conn {
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_mr *mr;
-	char buf[MSG];
+	char *buf; /* registered memory: on the heap, page-aligned, never on the stack */
 };
 
 /*
@@ -68,7 +68,9 @@ static int conn_setup(const char *who, struct rdma_cm_id *id, struct conn *c)
 	memset(c, 0, sizeof(*c));
 	c->pd = ibv_alloc_pd(id->verbs);
 	c->cq = c->pd ? ibv_create_cq(id->verbs, 8, NULL, NULL, 0) : NULL;
-	c->mr = c->cq ? ibv_reg_mr(c->pd, c->buf, MSG, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	if (c->cq && posix_memalign((void **)&c->buf, (size_t)sysconf(_SC_PAGESIZE), MSG) == 0)
+		memset(c->buf, 0, MSG);
+	c->mr = c->buf ? ibv_reg_mr(c->pd, c->buf, MSG, IBV_ACCESS_LOCAL_WRITE) : NULL;
 	if (!c->mr) {
 		FAIL("%s: PD/CQ/MR: %s", who, strerror(errno));
 		return -1;
@@ -104,6 +106,8 @@ static int conn_free(struct rdma_cm_id *id, struct conn *c)
 		bad = 1;
 	if (c->pd && ibv_dealloc_pd(c->pd))
 		bad = 1;
+	free(c->buf);
+	c->buf = NULL;
 	if (bad)
 		FAIL("teardown of the connection's verbs objects failed");
 	return bad ? -1 : 0;
@@ -167,6 +171,12 @@ static int server(struct sockaddr_in *addr, int ready_fd)
 	fflush(stdout);
 	if (expect_event("server", ch, RDMA_CM_EVENT_DISCONNECTED, NULL))
 		goto out;
+	/* The client's DREQ came: answer it (DREP) and move our QP to ERR. Without this
+	 * call, the DREP would wait for rdma_destroy_id(). */
+	if (rdma_disconnect(id)) {
+		FAIL("server: rdma_disconnect: %s", strerror(errno));
+		goto out;
+	}
 	ret = 0;
 out:
 	if (conn_free(id, &c))

@@ -214,8 +214,10 @@ int main(int argc, char **argv)
 		wr.wr.ud.ah = tx.ah;
 		wr.wr.ud.remote_qpn = tx.qpn; /* 0xFFFFFF: every QP attached to the group */
 		wr.wr.ud.remote_qkey = tx.qkey;
-		if (ibv_post_send(tx.id->qp, &wr, &bad)) {
-			FAIL("ibv_post_send: %s", strerror(errno));
+		/* ibv_post_send returns the error number itself; errno is not set. */
+		rc = ibv_post_send(tx.id->qp, &wr, &bad);
+		if (rc) {
+			FAIL("ibv_post_send: %s", strerror(rc));
 			goto out;
 		}
 		/* One at a time: the send buffer is reused. */
@@ -236,7 +238,10 @@ int main(int argc, char **argv)
 	}
 	ret = 0;
 out:
-	if (member_free(&tx, &group) || member_free(&rx, &group))
+	/* Both members, always: `a || b` would skip rx's teardown when tx's fails. */
+	if (member_free(&tx, &group))
+		ret = 1;
+	if (member_free(&rx, &group))
 		ret = 1;
 	rdma_destroy_event_channel(ch);
 	if (ret == 0)

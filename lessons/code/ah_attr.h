@@ -3,12 +3,14 @@
  * vector (struct ibv_ah_attr) built from it. Used by 05_rc_loopback.c (chapter 5) and by
  * lab_common.h; tests/ah_attr_test.c checks it for InfiniBand and for RoCE.
  *
- * The rule is the one of rdma-core's ibv_rc_pingpong (pp_connect_ctx):
+ * The rule (the course's own; rdma-core's ibv_rc_pingpong is simpler: it adds a GRH
+ * whenever a GID was exchanged, -g, and gives it hop_limit 1):
  *   - InfiniBand: packets are routed inside the subnet by LID, so the peer's LID goes into
  *     `dlid`. A GRH (is_global = 1) is only needed to leave the subnet: here, when the
  *     peer's GID has another subnet prefix than ours.
  *   - RoCE (Ethernet link layer): there are no LIDs (they read 0); every packet carries
- *     a GRH, addressed by the peer's GID (its IP address) from our source GID index.
+ *     a GRH, addressed by the peer's GID (its IP address) from our source GID index,
+ *     with hop_limit 64 (RoCE v2's IP TTL: 1 would not cross a router).
  */
 #ifndef AH_ATTR_H
 #define AH_ATTR_H

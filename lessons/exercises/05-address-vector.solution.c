@@ -8,7 +8,8 @@
  * (dlid on InfiniBand; on RoCE is_global with the peer's GID, our GID index and a hop
  * limit), without using ah_attr_for().
  *
- * Checked: exit 0 and the line "A and B connected; 10 round trips".
+ * Checked on rxe0 by what it did: exit 0, at least 10 SENDs sent and 10 receives
+ * consumed (rdma_sends, rdma_recvs), no RNR NAK, every resource released.
  */
 #include "lab_common.h"
 

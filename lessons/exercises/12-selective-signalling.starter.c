@@ -6,7 +6,8 @@
  * it. The program posts 64 RDMA WRITEs on a send queue of 16 and must finish with
  * exactly 4 completions. TODO: signal the right WRs and wait at the right time.
  *
- * Checked: exit 0 and the line "64 WRITEs, 4 completions".
+ * Checked on rxe0 by what it did: exit 0, at least 64 packets sent (sent_pkts), no SEND,
+ * no retry, every resource released.
  */
 #include "lab_common.h"
 

@@ -7,7 +7,8 @@
  * QPN and the remote Q_Key). B's receive slots keep 40 bytes in front for the GRH.
  * TODO: bring the QPs up the UD way, and address each SEND.
  *
- * Checked: exit 0 and the line "8 datagrams from A reached B".
+ * Checked on rxe0 by what it did: exit 0, at least 8 SENDs sent and 8 receives consumed
+ * (rdma_sends, rdma_recvs), every resource released.
  */
 #include "lab_common.h"
 

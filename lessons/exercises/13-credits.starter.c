@@ -7,7 +7,8 @@
  * receive B has posted); when it has none, B consumes its completions, posts the
  * receives again and returns that many credits.
  *
- * Checked: exit 0 and the line "12 messages delivered in order, no RNR".
+ * Checked on rxe0 by what it did: exit 0, at least 12 receives consumed (rdma_recvs), not
+ * one RNR NAK (send_rnr_err, rcvd_rnr_err), every resource released.
  */
 #include "lab_common.h"
 

@@ -1,16 +1,35 @@
 //! `rdmactl lesson exercise`: the course's checked exercises.
 //!
-//! Each exercise is a C program with a TODO (its starter) and the outcome it must reach
-//! (exit 0 and some lines of output). `start` copies the starter and the course's headers
-//! into a directory; `check` compiles the learner's file with the course's flags and runs
-//! it in a fresh lab VM (`rdmactl lab run`), then says what passed and what did not.
-//! `verify` is CI's: every reference solution must pass and every starter must fail, all
-//! in one boot.
+//! Each exercise is a C program with a TODO (its starter) and what it must do on rxe0.
+//! `start` copies the starter and the course's headers into a directory; `check` compiles
+//! the learner's file with the course's flags and runs it in a fresh lab VM under `observe`
+//! (this binary, in the VM), which reads rxe0's hw counters (rdma-experiments'
+//! `CounterProbe`) and `rdma resource show` counts (its nldev reader) before and after the
+//! run, and at the program's `lab_checkpoint()` when it stops itself there. The verdict
+//! rests on that and the exit code, never on the program's printed lines. `verify` is CI's:
+//! every reference solution must pass and every starter must fail, all in one boot.
 use anyhow::{bail, Context as _};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
 use crate::exit::CodedError;
+
+/// What the checker requires of a run besides exit 0 and every resource released.
+#[derive(Debug, Clone, Copy)]
+enum Behaviour {
+    /// rxe0's hw counter moved by at least this much during the run.
+    AtLeast(&'static str, u64),
+    /// rxe0's hw counter did not move.
+    Still(&'static str),
+    /// At the program's checkpoint (`lab_checkpoint()`, after its teardown and before
+    /// `ibv_close_device`), `rdma resource show` counts no PD, CQ, QP or MR more than
+    /// before the run.
+    ReleasedAtCheckpoint,
+}
+
+/// The resource kinds the checkpoint compares (the context is still open there).
+const CHECKPOINT_KINDS: &[&str] = &["pd", "cq", "qp", "mr", "srq"];
 
 /// One exercise.
 struct Exercise {
@@ -19,8 +38,8 @@ struct Exercise {
     task: &'static str,
     starter: &'static str,
     solution: &'static str,
-    /// Lines the program's output must contain (besides exit 0 and "OK").
-    expect: &'static [&'static str],
+    /// What the run must show on rxe0 (besides exit 0 and nothing left behind).
+    expect: &'static [Behaviour],
 }
 
 macro_rules! exercise {
@@ -36,42 +55,59 @@ macro_rules! exercise {
     };
 }
 
+use Behaviour::{AtLeast, ReleasedAtCheckpoint, Still};
+
 const EXERCISES: &[Exercise] = &[
     exercise!(
         "05-address-vector",
         5,
         "make the address vector work on RoCE as well as on InfiniBand",
-        &["A and B connected; 10 round trips"]
+        // 10 round trips, one SEND each (A and B take turns): 10 SENDs consumed 10
+        // receives, none found the receive queue empty.
+        &[
+            AtLeast("rdma_sends", 10),
+            AtLeast("rdma_recvs", 10),
+            Still("send_rnr_err")
+        ]
     ),
     exercise!(
         "09-teardown",
         9,
         "fix a broken teardown order",
-        &["teardown: 0 EBUSY, everything freed"]
+        &[ReleasedAtCheckpoint]
     ),
     exercise!(
         "12-selective-signalling",
         12,
         "add selective signalling: 64 WRITEs, 4 completions",
-        &["64 WRITEs, 4 completions"]
+        // 64 WRITEs and their ACKs went through rxe0; WRITEs consume no receive.
+        &[
+            AtLeast("sent_pkts", 64),
+            Still("rdma_sends"),
+            Still("completer_retry_err")
+        ]
     ),
     exercise!(
         "12-switch-to-ud",
         12,
         "switch to UD: Q_Key at INIT, no peer at RTR, an address handle in every SEND",
-        &["8 datagrams from A reached B"]
+        &[AtLeast("rdma_sends", 8), AtLeast("rdma_recvs", 8)]
     ),
     exercise!(
         "12-srq",
         12,
         "add a shared receive queue: B's QP takes its receives from the SRQ",
-        &["8 messages received through the SRQ"]
+        &[AtLeast("rdma_recvs", 8), Still("send_rnr_err")]
     ),
     exercise!(
         "13-credits",
         13,
         "add credit-based flow control: 12 messages through 4 receives, rnr_retry 0",
-        &["12 messages delivered in order, no RNR"]
+        &[
+            AtLeast("rdma_recvs", 12),
+            Still("send_rnr_err"),
+            Still("rcvd_rnr_err")
+        ]
     ),
 ];
 
@@ -106,6 +142,81 @@ pub enum ExerciseCommand {
     },
     /// CI: every reference solution must pass and every starter must fail (one lab boot).
     Verify,
+    /// In the lab VM: run PROG and report what it did on DEVICE (hw counter deltas,
+    /// `rdma resource show` counts before, at its checkpoint and after). `check` runs it.
+    #[command(hide = true)]
+    Observe {
+        /// The RDMA device to watch.
+        #[arg(long, default_value = "rxe0")]
+        device: String,
+        /// The program and its arguments.
+        #[arg(last = true, required = true)]
+        prog: Vec<String>,
+    },
+}
+
+/// The observer's lines start with this, so a program's own output cannot be taken for them
+/// by accident (and a program that prints them anyway only fools itself).
+const OBS: &str = "@@obs ";
+
+/// What one run did, as the observer in the VM saw it.
+#[derive(Debug, Default, PartialEq)]
+struct Observed {
+    code: i32,
+    /// hw counter deltas on the device.
+    counters: BTreeMap<String, u64>,
+    res_before: BTreeMap<String, u64>,
+    res_after: BTreeMap<String, u64>,
+    /// At the program's `lab_checkpoint()`, if it reached one.
+    res_checkpoint: Option<BTreeMap<String, u64>>,
+    /// What the observer could not do (no device, no netlink): the run cannot be judged.
+    errors: Vec<String>,
+}
+
+impl Observed {
+    /// Takes the observer's lines out of `output`, which keeps the program's own.
+    fn parse(output: &mut String) -> Observed {
+        let mut o = Observed {
+            code: -1,
+            ..Observed::default()
+        };
+        let mut rest = String::new();
+        for line in output.lines() {
+            let Some(obs) = line.strip_prefix(OBS) else {
+                rest.push_str(line);
+                rest.push('\n');
+                continue;
+            };
+            let f: Vec<&str> = obs.split_whitespace().collect();
+            let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+            match (f.first().copied(), f.get(1)) {
+                (Some("exit"), _) => o.code = f.get(1).and_then(|v| v.parse().ok()).unwrap_or(-1),
+                (Some("counter"), Some(name)) => {
+                    o.counters.insert(name.to_string(), num(2).unwrap_or(0));
+                }
+                (Some("res"), Some(kind)) => {
+                    if let (Some(b), Some(a)) = (num(2), num(3)) {
+                        o.res_before.insert(kind.to_string(), b);
+                        o.res_after.insert(kind.to_string(), a);
+                    }
+                }
+                (Some("checkpoint"), Some(kind)) => {
+                    if let Some(v) = num(2) {
+                        o.res_checkpoint
+                            .get_or_insert_with(BTreeMap::new)
+                            .insert(kind.to_string(), v);
+                    }
+                }
+                (Some("checkpoint-reached"), _) => {
+                    o.res_checkpoint.get_or_insert_with(BTreeMap::new);
+                }
+                (Some("error"), _) => o.errors.push(obs["error".len()..].trim().to_string()),
+                _ => o.errors.push(format!("unreadable observer line {line:?}")),
+            }
+        }
+        *output = rest;
+        o
+    }
 }
 
 fn find(name: &str) -> anyhow::Result<&'static Exercise> {
@@ -138,8 +249,9 @@ fn compile(src: &Path, out: &Path) -> anyhow::Result<Result<(), String>> {
     }
 }
 
-/// Run each (label, binary) in one lab VM; returns label -> (exit code, output).
-fn run_in_lab(bins: &[(String, PathBuf)]) -> anyhow::Result<Vec<(String, i32, String)>> {
+/// Run each (label, binary) under the observer in one lab VM; returns label -> (what the
+/// observer saw, the program's own output).
+fn run_in_lab(bins: &[(String, PathBuf)]) -> anyhow::Result<Vec<(String, Observed, String)>> {
     let exe = std::env::current_exe().context("finding rdmactl")?;
     let mut cmd = Command::new(&exe);
     cmd.args(["lab", "run", "--timeout", "600"]);
@@ -152,7 +264,7 @@ fn run_in_lab(bins: &[(String, PathBuf)]) -> anyhow::Result<Vec<(String, i32, St
         let guest = format!("/opt/rdma/extra/{label}");
         cmd.arg("--add").arg(format!("{}:{guest}", bin.display()));
         script.push_str(&format!(
-            "echo '=== {label}'; {guest} rxe0 2>&1; echo \"=== exit $?\"\n"
+            "echo '=== {label}'; /opt/rdma/bin/rdmactl lesson exercise observe --device rxe0 -- {guest} rxe0 2>&1; echo \"=== exit $?\"\n"
         ));
     }
     cmd.args(["--", "sh", "-c", &script]);
@@ -165,8 +277,14 @@ fn run_in_lab(bins: &[(String, PathBuf)]) -> anyhow::Result<Vec<(String, i32, St
     let mut cur: Option<(String, String)> = None;
     for line in text.lines() {
         if let Some(code) = line.strip_prefix("=== exit ") {
-            if let Some((label, output)) = cur.take() {
-                results.push((label, code.trim().parse().unwrap_or(-1), output));
+            if let Some((label, mut output)) = cur.take() {
+                let mut seen = Observed::parse(&mut output);
+                if code.trim() != "0" {
+                    // The observer itself failed (it exits 0 whatever the program did).
+                    seen.errors
+                        .push(format!("the observer exited {}", code.trim()));
+                }
+                results.push((label, seen, output));
             }
         } else if let Some(label) = line.strip_prefix("=== ") {
             cur = Some((label.to_string(), String::new()));
@@ -186,22 +304,170 @@ fn run_in_lab(bins: &[(String, PathBuf)]) -> anyhow::Result<Vec<(String, i32, St
     Ok(results)
 }
 
-/// What passed and what did not, one line each; true when everything passed.
-fn judge(e: &Exercise, code: i32, output: &str, report: &mut Vec<String>) -> bool {
+/// What passed and what did not, one line each; true when everything passed. Judges only
+/// what the observer saw the program do, never what it printed.
+fn judge(e: &Exercise, seen: &Observed, report: &mut Vec<String>) -> bool {
     let mut ok = true;
     let mut item = |pass: bool, what: String| {
         report.push(format!("  [{}] {what}", if pass { "pass" } else { "FAIL" }));
         ok &= pass;
     };
-    item(code == 0, format!("exit code 0 (got {code})"));
-    for want in e.expect {
-        item(output.contains(want), format!("prints {want:?}"));
+    for err in &seen.errors {
+        item(false, format!("observing the run: {err}"));
     }
+    item(seen.code == 0, format!("exit code 0 (got {})", seen.code));
     item(
-        output.lines().any(|l| l == "OK"),
-        "prints \"OK\"".to_string(),
+        !seen.res_before.is_empty() && seen.res_before == seen.res_after,
+        format!(
+            "every resource released: rdma resource show before {} after {}",
+            counts(&seen.res_before),
+            counts(&seen.res_after)
+        ),
     );
+    for b in e.expect {
+        match *b {
+            AtLeast(name, min) => {
+                let got = seen.counters.get(name);
+                item(
+                    got.is_some_and(|&d| d >= min),
+                    format!(
+                        "rxe0 {name} moved by at least {min} (moved by {})",
+                        shown(got)
+                    ),
+                );
+            }
+            Still(name) => {
+                let got = seen.counters.get(name);
+                item(
+                    got == Some(&0),
+                    format!("rxe0 {name} did not move (moved by {})", shown(got)),
+                );
+            }
+            ReleasedAtCheckpoint => match &seen.res_checkpoint {
+                None => item(false, "the program reached lab_checkpoint()".into()),
+                Some(at) => {
+                    let held: Vec<String> = CHECKPOINT_KINDS
+                        .iter()
+                        .filter_map(|k| {
+                            let now = at.get(*k).copied().unwrap_or(0);
+                            let was = seen.res_before.get(*k).copied().unwrap_or(0);
+                            (now > was).then(|| format!("{k} +{}", now - was))
+                        })
+                        .collect();
+                    item(
+                        held.is_empty() && !at.is_empty(),
+                        format!(
+                            "at lab_checkpoint(), before ibv_close_device, nothing is still held \
+                             (held: {})",
+                            if held.is_empty() {
+                                "nothing".to_string()
+                            } else {
+                                held.join(", ")
+                            }
+                        ),
+                    );
+                }
+            },
+        }
+    }
     ok
+}
+
+fn shown(delta: Option<&u64>) -> String {
+    delta.map_or("nothing: no such counter".into(), |d| d.to_string())
+}
+
+fn counts(res: &BTreeMap<String, u64>) -> String {
+    if res.is_empty() {
+        return "(not read)".into();
+    }
+    res.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The guest's half: run `prog` with `LAB_CHECKPOINT` set, read `device`'s counters and
+/// resource counts around it (and at its checkpoint, when it stops itself there), print
+/// what was seen as `@@obs` lines. Exits 0 when it could observe, whatever the program did.
+#[cfg(feature = "verbs")]
+fn observe(device: &str, prog: &[String]) -> anyhow::Result<ExitCode> {
+    use rdma_experiments::observe::{changes, resources, CounterProbe};
+    use std::time::{Duration, Instant};
+
+    let catalog =
+        rdmakit::catalog::Catalog::embedded().map_err(|e| anyhow::anyhow!("catalog: {e}"))?;
+    let mut probe = CounterProbe::new(Path::new("/sys"), device);
+    let before = probe.read().map_err(anyhow::Error::msg)?;
+    let res_before = resources(device).map_err(anyhow::Error::msg)?;
+    let (first, args) = prog.split_first().context("no program to run")?;
+    let mut child = Command::new(first)
+        .args(args)
+        .env("LAB_CHECKPOINT", "1")
+        .spawn()
+        .with_context(|| format!("running {first}"))?;
+    let pid = child.id();
+    // Bounded: an exercise that hangs is killed after a minute and judged on what it did.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut checkpoint = None;
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if Instant::now() > deadline {
+            println!("{OBS}error {first} ran longer than 60 s: killed");
+            child.kill()?;
+            break child.wait()?;
+        }
+        if checkpoint.is_none() && stopped(pid) {
+            checkpoint = Some(resources(device).map_err(anyhow::Error::msg)?);
+            let cont = Command::new("sh")
+                .args(["-c", &format!("kill -CONT {pid}")])
+                .status()?;
+            if !cont.success() {
+                bail!("could not continue {first} (pid {pid}) after its checkpoint");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let after = probe.read().map_err(anyhow::Error::msg)?;
+    let res_after = resources(device).map_err(anyhow::Error::msg)?;
+    for c in changes(&before, &after, catalog) {
+        if c.port.is_none() || c.port == Some(1) {
+            println!("{OBS}counter {} {}", c.name, c.delta);
+        }
+    }
+    for (kind, b) in &res_before {
+        println!(
+            "{OBS}res {kind} {b} {}",
+            res_after.get(kind).copied().unwrap_or(0)
+        );
+    }
+    if let Some(at) = checkpoint {
+        println!("{OBS}checkpoint-reached");
+        for (kind, v) in at {
+            println!("{OBS}checkpoint {kind} {v}");
+        }
+    }
+    println!("{OBS}exit {}", status.code().unwrap_or(-1));
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(not(feature = "verbs"))]
+fn observe(_device: &str, _prog: &[String]) -> anyhow::Result<ExitCode> {
+    bail!("`lesson exercise observe` needs rdmactl built with the verbs feature (the lab's is)")
+}
+
+/// Is `pid` stopped (it raised SIGSTOP at its checkpoint)? From /proc/PID/stat's state field.
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
 }
 
 pub fn run(cmd: ExerciseCommand) -> anyhow::Result<ExitCode> {
@@ -255,9 +521,9 @@ pub fn run(cmd: ExerciseCommand) -> anyhow::Result<ExitCode> {
                 Ok(()) => {
                     report.push("  [pass] compiles with -Wall -Wextra -Werror".into());
                     let r = run_in_lab(&[(e.name.to_string(), bin)])?;
-                    let (_, code, output) = &r[0];
+                    let (_, seen, output) = &r[0];
                     println!("--- output in the lab:\n{}", output.trim_end());
-                    judge(e, *code, output, &mut report)
+                    judge(e, seen, &mut report)
                 }
             };
             println!("{} (chapter {}):", e.name, e.chapter);
@@ -278,6 +544,7 @@ pub fn run(cmd: ExerciseCommand) -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
+        ExerciseCommand::Observe { device, prog } => observe(&device, &prog),
         ExerciseCommand::Verify => {
             let dir = tempdir()?;
             let mut bins = Vec::new();
@@ -294,18 +561,23 @@ pub fn run(cmd: ExerciseCommand) -> anyhow::Result<ExitCode> {
             }
             let results = run_in_lab(&bins)?;
             let mut wrong = 0;
-            for (label, code, output) in &results {
+            for (label, seen, output) in &results {
                 let (name, kind) = label.rsplit_once('.').unwrap_or((label, ""));
                 let e = find(name)?;
                 let mut report = Vec::new();
-                let passed = judge(e, *code, output, &mut report);
+                let passed = judge(e, seen, &mut report);
                 let right = passed == (kind == "solution");
                 println!(
                     "{} {label}: {}",
                     if right { "ok  " } else { "WRONG" },
                     if passed { "passes" } else { "fails" }
                 );
-                if !right {
+                if right {
+                    // What the verdict rests on, so a log shows why each one passed or failed.
+                    for l in report.iter().filter(|l| l.contains("[FAIL]") || passed) {
+                        println!("    {}", l.trim_start());
+                    }
+                } else {
                     wrong += 1;
                     println!("{}\n{}", report.join("\n"), output.trim_end());
                 }
@@ -348,29 +620,82 @@ mod tests {
         }
     }
 
+    /// What the observer prints for a good 13-credits run (shape of a lab run's lines).
+    const GOOD: &str = "12 messages delivered in order, no RNR
+@@obs counter rdma_recvs 12
+@@obs counter rdma_sends 12
+@@obs counter send_rnr_err 0
+@@obs counter rcvd_rnr_err 0
+@@obs res cq 0 0
+@@obs res ctx 0 0
+@@obs res pd 0 0
+@@obs res qp 0 0
+@@obs exit 0
+";
+
+    fn observed(text: &str) -> (Observed, String) {
+        let mut out = text.to_string();
+        let o = Observed::parse(&mut out);
+        (o, out)
+    }
+
     #[test]
-    fn judge_needs_exit_0_every_line_and_ok() {
+    fn parse_separates_the_observer_from_the_program() {
+        let (o, out) = observed(GOOD);
+        assert_eq!(out, "12 messages delivered in order, no RNR\n");
+        assert_eq!(o.code, 0);
+        assert_eq!(o.counters["rdma_recvs"], 12);
+        assert_eq!(o.res_before["pd"], 0);
+        assert!(o.res_checkpoint.is_none());
+        assert!(o.errors.is_empty());
+        let (o, _) = observed("@@obs checkpoint-reached\n@@obs checkpoint pd 1\n@@obs bogus\n");
+        assert_eq!(o.res_checkpoint.unwrap()["pd"], 1);
+        assert_eq!(o.errors.len(), 1);
+        assert_eq!(o.code, -1, "no exit line: not a clean exit");
+    }
+
+    #[test]
+    fn judge_rests_on_behaviour_not_on_printed_lines() {
         let e = find("13-credits").unwrap();
         let mut r = Vec::new();
-        assert!(judge(
-            e,
-            0,
-            "12 messages delivered in order, no RNR\nOK\n",
-            &mut r
-        ));
-        assert!(!judge(
-            e,
-            1,
-            "12 messages delivered in order, no RNR\nOK\n",
-            &mut r
-        ));
-        assert!(!judge(e, 0, "OK\n", &mut r));
-        assert!(!judge(
-            e,
-            0,
-            "12 messages delivered in order, no RNR\n",
-            &mut r
-        ));
+        let (good, _) = observed(GOOD);
+        assert!(judge(e, &good, &mut r), "{r:?}");
+        // The printed line alone passes nothing: the counters did not move.
+        let (o, _) = observed(&GOOD.replace("rdma_recvs 12", "rdma_recvs 0"));
+        assert!(!judge(e, &o, &mut r));
+        // An RNR NAK is the failure credits exist to prevent.
+        let (o, _) = observed(&GOOD.replace("send_rnr_err 0", "send_rnr_err 1"));
+        assert!(!judge(e, &o, &mut r));
+        let (o, _) = observed(&GOOD.replace("exit 0", "exit 1"));
+        assert!(!judge(e, &o, &mut r));
+        // Something left behind after the exit.
+        let (o, _) = observed(&GOOD.replace("res qp 0 0", "res qp 0 1"));
+        assert!(!judge(e, &o, &mut r));
+        // A counter the device does not have is not a pass.
+        let (o, _) = observed(&GOOD.replace("@@obs counter rcvd_rnr_err 0\n", ""));
+        assert!(!judge(e, &o, &mut r));
+        // The observer could not read the resources: nothing to judge on.
+        let (o, _) = observed(&GOOD.replace("@@obs res", "res"));
+        assert!(!judge(e, &o, &mut r));
         assert!(find("nope").is_err());
+    }
+
+    #[test]
+    fn teardown_is_judged_at_the_checkpoint() {
+        let e = find("09-teardown").unwrap();
+        let base = "@@obs res pd 1 1\n@@obs res cq 0 0\n@@obs exit 0\n";
+        let mut r = Vec::new();
+        let (o, _) = observed(base);
+        assert!(!judge(e, &o, &mut r), "never reached the checkpoint");
+        let (o, _) = observed(&format!(
+            "{base}@@obs checkpoint-reached\n@@obs checkpoint pd 1\n@@obs checkpoint cq 0\n@@obs checkpoint ctx 1\n"
+        ));
+        assert!(judge(e, &o, &mut r), "{r:?}");
+        let (o, _) = observed(&format!(
+            "{base}@@obs checkpoint-reached\n@@obs checkpoint pd 2\n@@obs checkpoint cq 1\n"
+        ));
+        r.clear();
+        assert!(!judge(e, &o, &mut r));
+        assert!(r.iter().any(|l| l.contains("pd +1, cq +1")), "{r:?}");
     }
 }

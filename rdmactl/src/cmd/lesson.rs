@@ -34,6 +34,14 @@ enum LessonCommand {
         #[arg(long, value_enum, default_value_t = Lang::En)]
         lang: Lang,
     },
+    /// Print the answers to one chapter's exercises (kept apart from the questions).
+    Answers {
+        /// Chapter number (1-13) or slug.
+        chapter: String,
+        /// Language of the answers.
+        #[arg(long, value_enum, default_value_t = Lang::En)]
+        lang: Lang,
+    },
     /// Checked exercises: `list`, `start NAME`, `check NAME`.
     Exercise {
         #[command(subcommand)]
@@ -197,6 +205,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             drop(out);
             return super::exercise::run(command);
         }
+        LessonCommand::Answers { chapter, lang } => {
+            let c = find(&chapter)?;
+            let text = answers(c, lang).ok_or_else(|| {
+                anyhow::Error::new(CodedError {
+                    message: format!("chapter {} has no exercises to answer", c.number),
+                    code: 2,
+                })
+            })?;
+            let text = render(&text).context("rendering the answers")?;
+            out.write_all(text.as_bytes())?;
+        }
         LessonCommand::Show { chapter, lang } => {
             let c = find(&chapter)?;
             let text =
@@ -206,6 +225,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The answers to every chapter's exercises, one `## N. Title` section per chapter.
+const ANSWERS_EN: &str = include_str!("../../../lessons/src/en/answers.md");
+const ANSWERS_IT: &str = include_str!("../../../lessons/src/it/answers.md");
+
+/// Chapter `c`'s section of the answers file, heading included.
+fn answers(c: &Chapter, lang: Lang) -> Option<String> {
+    let all = match lang {
+        Lang::En => ANSWERS_EN,
+        Lang::It => ANSWERS_IT,
+    };
+    let head = format!("## {}. ", c.number);
+    let start = all.lines().position(|l| l.starts_with(&head))?;
+    let lines: Vec<&str> = all.lines().skip(start).collect();
+    let end = lines[1..]
+        .iter()
+        .position(|l| l.starts_with("## "))
+        .map_or(lines.len(), |i| i + 1);
+    Some(lines[..end].join("\n") + "\n")
 }
 
 /// A chapter by number (`3`, `03`) or slug (`memory-registration`).
@@ -365,6 +404,37 @@ fn experiments_named(md: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answers_are_apart_from_every_chapter_with_exercises() {
+        let mut answered = 0;
+        for c in &CHAPTERS {
+            for lang in [Lang::En, Lang::It] {
+                let text = c.text(lang);
+                let has_exercises =
+                    text.contains("\n## Exercises\n") || text.contains("\n## Esercizi\n");
+                assert!(
+                    !text.contains("\n## Answers\n") && !text.contains("\n## Soluzioni\n"),
+                    "chapter {} ({lang:?}) shows answers under its questions",
+                    c.number
+                );
+                let a = answers(c, lang);
+                assert_eq!(
+                    a.is_some(),
+                    has_exercises,
+                    "chapter {} ({lang:?})",
+                    c.number
+                );
+                if let Some(a) = a {
+                    assert!(a.contains("\n1. "), "chapter {}: {a}", c.number);
+                    assert_eq!(a.matches("\n## ").count(), 0, "one chapter's section only");
+                    assert!(text.contains(&format!("rdmactl lesson answers {}", c.number)));
+                    answered += 1;
+                }
+            }
+        }
+        assert_eq!(answered, 26, "13 chapters with exercises, in two languages");
+    }
     use std::path::PathBuf;
 
     const LANGS: [Lang; 2] = [Lang::En, Lang::It];

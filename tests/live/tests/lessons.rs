@@ -340,6 +340,28 @@ fn ch12_srq_limit_event_is_read_from_the_async_queue() {
         "the limit event came too early:\n{}",
         r.stdout
     );
+    // Teardown (issue 31): both SRQ QPs went to ERR before being destroyed, and the
+    // device raised LAST_WQE_REACHED for both or for neither (rxe long raised none).
+    let err_lines: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| (l.starts_with("B1 0x") || l.starts_with("B2 0x")) && l.contains(" in ERR: "))
+        .collect();
+    assert_eq!(
+        err_lines.len(),
+        2,
+        "FAIL: both SRQ QPs to ERR:\n{}",
+        r.stdout
+    );
+    let reached = err_lines
+        .iter()
+        .filter(|l| l.ends_with("IBV_EVENT_QP_LAST_WQE_REACHED, safe to destroy"))
+        .count();
+    assert!(
+        reached == 0 || reached == 2,
+        "FAIL: LAST_WQE_REACHED for one SRQ QP only:\n{}",
+        r.stdout
+    );
 }
 
 #[test]

@@ -58,16 +58,55 @@ fn has(r: &live_tests::fabric::Remote, needle: &str, what: &str) {
     );
 }
 
+/// `rdma resource show`'s summary of rxe0 on `host`: kind -> count (pd, cq, qp, mr, ...).
+fn rdma_res(host: &str) -> std::collections::BTreeMap<String, u64> {
+    let out = on_host(host, "rdma resource show").ok("rdma resource show");
+    let line = out
+        .lines()
+        .find(|l| l.contains(" rxe0: "))
+        .unwrap_or_else(|| panic!("FAIL: no rxe0 in `rdma resource show` on {host}:\n{out}"));
+    let words: Vec<&str> = line
+        .split_once(" rxe0: ")
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let counts: std::collections::BTreeMap<String, u64> = words
+        .chunks(2)
+        .filter_map(|kv| Some((kv[0].to_string(), kv.get(1)?.parse().ok()?)))
+        .collect();
+    for kind in ["pd", "cq", "qp", "mr"] {
+        assert!(counts.contains_key(kind), "FAIL: no {kind} in {line:?}");
+    }
+    counts
+}
+
+/// The verbs objects a process can leak: what must be back where it started.
+fn objects(r: &std::collections::BTreeMap<String, u64>) -> Vec<(String, u64)> {
+    ["pd", "cq", "qp", "mr", "srq"]
+        .iter()
+        .filter_map(|k| r.get(*k).map(|v| (k.to_string(), *v)))
+        .collect()
+}
+
+/// Chapter 5's server (issue 31, items 1-3): refusals, three clients at once of which one
+/// is killed mid-transfer, each connection with its own PD and CQ, the QP's access flags
+/// as rdma_cm set them, every connection torn down through ERR and its flush completions,
+/// and rxe0's PD/CQ/QP/MR counts back where they were while the server still runs.
 #[test]
-fn ch05_cm_event_loop_serves_many_clients_and_handles_every_refusal() {
+fn ch05_cm_event_loop_serves_many_clients_survives_a_killed_one_and_leaks_nothing() {
     let n = lab_hosts(2);
     let bin = example("h2", "05_cm_event_loop");
     example("h1", "05_cm_event_loop");
     let server_addr = addr("h2");
+    let log = "/tmp/cm_event_loop_server.log";
+    let before = rdma_res("h2");
+    eprintln!("h2 rxe0 before the server: {before:?}");
+    // -n 4: the three clients below, then one more once the leak check is done.
     let server = start_server(
         "h2",
-        &format!("{bin} server -p 7472 -n 3"),
-        "/tmp/cm_event_loop_server.log",
+        &format!("{bin} server -p 7472 -n 4 -c 3"),
+        log,
         "server: listening on port 7472",
     );
 
@@ -118,13 +157,66 @@ fn ch05_cm_event_loop_serves_many_clients_and_handles_every_refusal() {
         "unknown address",
     );
 
-    // Three clients at once: two from h1, one from h3 (or a third from h1).
+    // Three clients at once: a long one (on h3, or h1 with 2 hosts) that is killed
+    // mid-transfer, and two from h1 that write 10 messages each, 0.5 s apart.
     let third = if n >= 3 { "h3" } else { "h1" };
     let third_bin = example(third, "05_cm_event_loop");
-    let clients: Vec<_> = [("h1", &bin), ("h1", &bin), (third, &third_bin)]
-        .iter()
-        .map(|(h, b)| spawn_on_host(h, &format!("{b} client -p 7472 {server_addr}")))
+    let long = spawn_on_host(
+        third,
+        &format!(
+            "{third_bin} client -p 7472 -r 1000000 -d 20 {server_addr} > /tmp/long.log 2>&1 & \
+             echo $! > /tmp/long.pid; wait $!; rc=$?; cat /tmp/long.log; exit $rc"
+        ),
+    );
+    wait_on_host(
+        "h2",
+        &format!("grep -q 'wrote: \"hello from {third}/' {log}"),
+        Duration::from_secs(120),
+        "the long client's first message",
+    );
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            spawn_on_host(
+                "h1",
+                &format!("{bin} client -p 7472 -r 10 -d 500 {server_addr}"),
+            )
+        })
         .collect();
+    // While all three are connected, a fourth is refused: the server caps open connections.
+    wait_on_host(
+        "h2",
+        &format!("grep -q '(3 open)' {log}"),
+        Duration::from_secs(120),
+        "three open connections",
+    );
+    let full = on_host("h1", &format!("{bin} client -p 7472 {server_addr}"));
+    show("h1: a fourth client", &full);
+    // The two short clients may have ended by now; refused only if they had not.
+    if full.code == 3 {
+        has(
+            &full,
+            "client: the server says: server full: 3 of 3 open",
+            "cap",
+        );
+    } else {
+        assert_eq!(full.code, 0, "FAIL: the fourth client:\n{}", full.output);
+    }
+    // The long client is still writing: kill it mid-transfer (SIGKILL: its kernel sends
+    // the DREQ when it closes the dead process's files).
+    let killed = on_host(third, "kill -9 $(cat /tmp/long.pid)");
+    assert_eq!(killed.code, 0, "FAIL: kill:\n{}", killed.output);
+    let long = join(long);
+    show("the killed client", &long);
+    assert_eq!(
+        long.code, 137,
+        "FAIL: the long client was not killed:\n{}",
+        long.output
+    );
+    has(
+        &long,
+        "client: WRITE and SEND completed",
+        "the long client before the kill",
+    );
     for c in clients {
         let c = join(c);
         show("a client", &c);
@@ -134,15 +226,39 @@ fn ch05_cm_event_loop_serves_many_clients_and_handles_every_refusal() {
             "client: event RDMA_CM_EVENT_ROUTE_RESOLVED (status 0)",
             "client: event RDMA_CM_EVENT_ESTABLISHED (status 0)",
             "client: the server grants 128 bytes to write",
-            "client: WRITE and SEND completed",
+            // rdma_cm granted REMOTE_WRITE on the client's QP too, never asked for.
+            ") grants the peer: REMOTE_WRITE\n",
+            "client: 10 messages written",
             "client: event RDMA_CM_EVENT_DISCONNECTED (status 0)",
             "OK",
         ] {
             has(&c, line, "a client");
         }
     }
+    // Three connections ended (four if the capped client got in): none is open, and
+    // every PD, CQ, QP and MR of theirs is gone while the server still runs.
+    let ended = if full.code == 0 { 4 } else { 3 };
+    wait_on_host(
+        "h2",
+        &format!("test $(grep -c ' disconnected after ' {log}) -ge {ended}"),
+        Duration::from_secs(120),
+        "every connection's teardown",
+    );
+    let during = rdma_res("h2");
+    eprintln!("h2 rxe0 with the server idle: {during:?}");
+    assert_eq!(
+        objects(&during),
+        objects(&before),
+        "FAIL: the idle server still holds verbs objects"
+    );
+    if full.code == 3 {
+        // The fourth connection the server waits for.
+        let last = on_host("h1", &format!("{bin} client -p 7472 {server_addr}"));
+        show("h1: the last client", &last);
+        assert_eq!(last.code, 0, "FAIL: the last client:\n{}", last.output);
+    }
     let s = join(server);
-    show("h2: server -n 3", &s);
+    show("h2: server -n 4 -c 3", &s);
     assert_eq!(
         s.code, 0,
         "FAIL: the server exited {}:\n{}",
@@ -153,30 +269,48 @@ fn ch05_cm_event_loop_serves_many_clients_and_handles_every_refusal() {
         "server: refusing a client: protocol version 99, I speak 1",
         "server",
     );
-    has(&s, "server: served 3 clients, refused 1", "server");
-    let wrote: Vec<&str> = s
+    has(&s, "server: served 4 clients, refused", "server");
+    // rdma_cm moved each accepted QP to INIT with REMOTE_WRITE (kernel cm.c,
+    // cm_init_qp_init_attr), and with no responder resources nothing more.
+    let grants = s
         .output
         .lines()
-        .filter(|l| l.contains(" wrote: \"hello from "))
-        .collect();
+        .filter(|l| {
+            l.starts_with("server: QP 0x") && l.ends_with(") grants the peer: REMOTE_WRITE")
+        })
+        .count();
     assert_eq!(
-        wrote.len(),
-        3,
-        "FAIL: three WRITEs seen by the server:\n{}",
+        grants, 4,
+        "FAIL: four accepts, four grants printed:\n{}",
         s.output
     );
-    let accepted = s
+    let killed_line = s
         .output
-        .matches("server: event RDMA_CM_EVENT_CONNECT_REQUEST")
-        .count();
-    assert_eq!(accepted, 4, "FAIL: 3 clients + 1 refused:\n{}", s.output);
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!("server: \"{third}/")) && l.contains(" disconnected after ")
+        })
+        .unwrap_or_else(|| panic!("FAIL: the killed client's teardown:\n{}", s.output));
+    // "...; 4 posted receives back, K flushed; freeing it": all four, K > 0 of them flushed.
+    let flushed: u32 = killed_line
+        .split_once("; 4 posted receives back, ")
+        .and_then(|(_, rest)| rest.split_once(" flushed;"))
+        .and_then(|(k, _)| k.parse().ok())
+        .unwrap_or_else(|| panic!("FAIL: not all four receives came back: {killed_line}"));
+    assert!(
+        flushed > 0,
+        "FAIL: the killed connection's receives were not flushed: {killed_line}"
+    );
+    assert!(
+        !s.output.contains("never flushed") && !s.output.contains("FAIL"),
+        "FAIL: {}",
+        s.output
+    );
+    let after = rdma_res("h2");
     assert_eq!(
-        s.output
-            .matches("server: event RDMA_CM_EVENT_DISCONNECTED")
-            .count(),
-        3,
-        "{}",
-        s.output
+        objects(&after),
+        objects(&before),
+        "FAIL: verbs objects after the server"
     );
 }
 
