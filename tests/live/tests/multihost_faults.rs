@@ -219,7 +219,7 @@ fn e_kill_rdmad_keeps_the_host_up_and_start_rdmad_brings_it_back() {
         );
         on_host(
             host,
-            "grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state && ! pidof rdmad",
+            "grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state && ! grep -qx rdmad /proc/[0-9]*/comm",
         )
         .ok(&format!("{host} up with rxe0 ACTIVE and no rdmad"));
         fault(undo);

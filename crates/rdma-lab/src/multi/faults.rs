@@ -378,27 +378,42 @@ fn restart(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
     }
 }
 
+/// The pids of the host's rdmad processes, from /proc (comm), zombies included.
+const RDMAD_PIDS: &str = r#"rdmad_pids() {
+    for p in /proc/[0-9]*; do
+        [ "$(cat $p/comm 2>/dev/null)" = rdmad ] && echo ${p#/proc/}
+    done
+}
+"#;
+
 /// SIGKILL every rdmad on the host (a crash, not a shutdown), keeping each one's command
 /// line and log file in /run/lab-rdmad so that `start-rdmad` starts the same again.
 /// Zombies (an empty cmdline) are skipped.
-const KILL_RDMAD: &str = r#"mkdir -p /run/lab-rdmad
+fn kill_rdmad_script() -> String {
+    format!(
+        r#"{RDMAD_PIDS}mkdir -p /run/lab-rdmad
 killed=""
-for pid in $(pidof rdmad); do
-    [ -s /proc/$pid/cmdline ] || continue
+for pid in $(rdmad_pids); do
+    f=/run/lab-rdmad/$pid.args
     log=$(readlink /proc/$pid/fd/1 2>/dev/null)
     case "$log" in /*) ;; *) log=/dev/null ;; esac
-    { echo "$log"; tr '\0' '\n' < /proc/$pid/cmdline; } > /run/lab-rdmad/$pid.args
+    tr '\0' '\n' < /proc/$pid/cmdline > $f.argv 2>/dev/null
+    [ -s $f.argv ] || {{ rm -f $f.argv; continue; }}
+    {{ echo "$log"; cat $f.argv; }} > $f
+    rm -f $f.argv
     kill -9 $pid && killed="$killed $pid"
 done
-[ -n "$killed" ] || { echo "no rdmad is running"; exit 3; }
+[ -n "$killed" ] || {{ echo "no rdmad is running"; exit 3; }}
 echo "pids$killed"
-"#;
+"#
+    )
+}
 
 /// Start again what `kill-rdmad` killed (same arguments, appending to the same log), or the
 /// lab's own rdmad when nothing was kept and none runs.
 fn start_rdmad_script() -> String {
     format!(
-        r#"started=""
+        r#"{RDMAD_PIDS}started=""
 for f in /run/lab-rdmad/*.args; do
     [ -f "$f" ] || continue
     log=$(head -n 1 "$f")
@@ -411,7 +426,7 @@ for f in /run/lab-rdmad/*.args; do
     started="$started $!"
 done
 if [ -z "$started" ]; then
-    if pidof rdmad > /dev/null; then echo "rdmad is already running"; exit 3; fi
+    [ -n "$(rdmad_pids)" ] && {{ echo "rdmad is already running"; exit 3; }}
     setsid rdmad --web.listen-address=0.0.0.0:{RDMAD_PORT} >> /var/log/rdmad.log 2>&1 < /dev/null &
     started=" $!"
 fi
@@ -425,7 +440,7 @@ echo "pids$started"
 
 fn kill_rdmad(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
     let (i, h) = one_host(lab, "kill-rdmad", args)?;
-    let pids = on_host(lab, i, "kill-rdmad", KILL_RDMAD)?;
+    let pids = on_host(lab, i, "kill-rdmad", &kill_rdmad_script())?;
     lock(&lab.hosts)[i].rdmad_killed = true;
     Ok(log_fault(
         lab,
