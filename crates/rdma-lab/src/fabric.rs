@@ -8,13 +8,16 @@
 //! (broadcast, multicast, unknown). Nothing on this machine gets an IP address or a
 //! multicast group, and no privilege is needed (a bridge would need one, or a switch VM).
 //!
-//! A partition between two hosts is a pair of ports the switch drops frames between.
+//! Faults the switch makes: a partition between two hosts (frames dropped both ways, or one
+//! way only: A -> B dropped while B -> A passes), and ingress loss on one host (a fraction
+//! of the frames the switch would deliver to its port are dropped, like a lossy cable into
+//! the host: ARP, IP and RoCE alike).
 
 use std::collections::{HashMap, HashSet};
 use std::io::ErrorKind;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -34,6 +37,8 @@ pub struct PortStats {
     /// Frames from this port not delivered because of a partition (a flooded frame counts
     /// once per port it did not reach).
     pub dropped: AtomicU64,
+    /// Frames towards this port dropped by its ingress loss.
+    pub lost: AtomicU64,
 }
 
 struct Port {
@@ -41,15 +46,20 @@ struct Port {
     /// Where the host's qemu listens (`hK.fab`).
     peer: PathBuf,
     stats: PortStats,
+    /// Ingress loss of this port, in parts per million of the frames towards it.
+    loss_ppm: AtomicU32,
 }
 
 struct Shared {
     ports: Vec<Port>,
     macs: Mutex<HashMap<[u8; 6], usize>>,
-    /// Unordered pairs of port indexes (low, high) that must not reach each other.
+    /// Directed pairs of port indexes (from, to): frames from `from` never reach `to`.
     partitions: Mutex<HashSet<(usize, usize)>>,
     stop: AtomicBool,
 }
+
+/// One in a million: the unit of [`Switch::set_ingress_loss`].
+pub const PPM: u32 = 1_000_000;
 
 /// A running switch; stopped (threads joined, sockets removed) on drop.
 pub struct Switch {
@@ -93,6 +103,7 @@ impl Switch {
                 socket,
                 peer: host_path(dir, k),
                 stats: PortStats::default(),
+                loss_ppm: AtomicU32::new(0),
             });
         }
         let shared = Arc::new(Shared {
@@ -114,38 +125,69 @@ impl Switch {
         })
     }
 
-    /// Drop every frame between hosts `a` and `b` (0-based port indexes).
+    /// Drop every frame between hosts `a` and `b` (0-based port indexes), both ways.
     pub fn partition(&self, a: usize, b: usize) {
-        lock(&self.shared.partitions).insert(pair(a, b));
-    }
-
-    /// Undo [`Switch::partition`] of `a` and `b`; returns whether they were partitioned.
-    pub fn heal(&self, a: usize, b: usize) -> bool {
-        lock(&self.shared.partitions).remove(&pair(a, b))
-    }
-
-    /// Undo every partition; returns how many there were.
-    pub fn heal_all(&self) -> usize {
         let mut p = lock(&self.shared.partitions);
-        let n = p.len();
-        p.clear();
+        p.insert((a, b));
+        p.insert((b, a));
+    }
+
+    /// Drop every frame from `from` to `to`; frames from `to` to `from` still pass.
+    pub fn partition_oneway(&self, from: usize, to: usize) {
+        lock(&self.shared.partitions).insert((from, to));
+    }
+
+    /// Undo every partition between `a` and `b`, either way; returns whether there was one.
+    pub fn heal(&self, a: usize, b: usize) -> bool {
+        let mut p = lock(&self.shared.partitions);
+        let ab = p.remove(&(a, b));
+        let ba = p.remove(&(b, a));
+        ab || ba
+    }
+
+    /// Undo every partition; returns how many host pairs had one.
+    pub fn heal_all(&self) -> usize {
+        let n = self.partitions().len();
+        lock(&self.shared.partitions).clear();
         n
     }
 
-    /// The partitioned pairs (0-based), sorted.
-    pub fn partitions(&self) -> Vec<(usize, usize)> {
-        let mut v: Vec<_> = lock(&self.shared.partitions).iter().copied().collect();
+    /// The partitions, sorted: `(a, b, both_ways)`; a one-way one drops `a -> b` only.
+    pub fn partitions(&self) -> Vec<(usize, usize, bool)> {
+        let p = lock(&self.shared.partitions);
+        let mut v: Vec<_> = p
+            .iter()
+            .filter_map(|&(a, b)| {
+                let both = p.contains(&(b, a));
+                // A two-way partition once, as (low, high).
+                (!both || a < b).then_some((a, b, both))
+            })
+            .collect();
         v.sort();
         v
     }
 
-    /// Frame counts of port `i` (0-based): (rx, tx, dropped).
-    pub fn stats(&self, i: usize) -> (u64, u64, u64) {
+    /// Drop `ppm` parts per million of the frames towards port `i` (0 stops it).
+    pub fn set_ingress_loss(&self, i: usize, ppm: u32) {
+        self.shared.ports[i]
+            .loss_ppm
+            .store(ppm.min(PPM), Ordering::Relaxed);
+    }
+
+    /// The ingress loss of port `i`, parts per million.
+    pub fn ingress_loss(&self, i: usize) -> u32 {
+        self.shared.ports[i].loss_ppm.load(Ordering::Relaxed)
+    }
+
+    /// Frame counts of port `i` (0-based): (rx, tx, dropped by partitions, lost to its
+    /// ingress loss).
+    pub fn stats(&self, i: usize) -> (u64, u64, u64, u64) {
         let s = &self.shared.ports[i].stats;
         (
             s.rx.load(Ordering::Relaxed),
             s.tx.load(Ordering::Relaxed),
             s.dropped.load(Ordering::Relaxed),
+            s.lost.load(Ordering::Relaxed),
         )
     }
 }
@@ -160,10 +202,6 @@ impl Drop for Switch {
             let _ = std::fs::remove_file(p);
         }
     }
-}
-
-fn pair(a: usize, b: usize) -> (usize, usize) {
-    (a.min(b), a.max(b))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -191,7 +229,7 @@ fn destinations(shared: &Shared, from: usize, frame: &[u8]) -> Vec<usize> {
         }
     };
     let parts = lock(&shared.partitions);
-    let allowed = |to: usize| to != from && !parts.contains(&pair(from, to));
+    let allowed = |to: usize| to != from && !parts.contains(&(from, to));
     match known {
         Some(to) if allowed(to) => vec![to],
         Some(to) if to == from => Vec::new(),
@@ -205,7 +243,7 @@ fn destinations(shared: &Shared, from: usize, frame: &[u8]) -> Vec<usize> {
         None => {
             let to: Vec<usize> = (0..shared.ports.len()).filter(|&to| allowed(to)).collect();
             let cut = (0..shared.ports.len())
-                .filter(|&to| to != from && parts.contains(&pair(from, to)))
+                .filter(|&to| to != from && parts.contains(&(from, to)))
                 .count();
             shared.ports[from]
                 .stats
@@ -216,9 +254,31 @@ fn destinations(shared: &Shared, from: usize, frame: &[u8]) -> Vec<usize> {
     }
 }
 
+/// xorshift64: a fast, good-enough uniform source for dropping frames (not cryptographic;
+/// nothing depends on it being unpredictable).
+fn next_random(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    x
+}
+
+/// Whether a frame towards a port with `ppm` ingress loss is dropped.
+fn lose(ppm: u32, rng: &mut u64) -> bool {
+    ppm > 0 && (ppm >= PPM || (next_random(rng) % u64::from(PPM)) < u64::from(ppm))
+}
+
 fn port_loop(shared: &Shared, i: usize) {
     let mut buf = vec![0u8; MAX_FRAME];
     let port = &shared.ports[i];
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    // Never zero (xorshift's fixed point), different per port.
+    let mut rng = (seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1))) | 1;
     while !shared.stop.load(Ordering::Relaxed) {
         let n = match port.socket.recv(&mut buf) {
             Ok(n) => n,
@@ -232,6 +292,10 @@ fn port_loop(shared: &Shared, i: usize) {
         port.stats.rx.fetch_add(1, Ordering::Relaxed);
         for to in destinations(shared, i, &buf[..n]) {
             let out = &shared.ports[to];
+            if lose(out.loss_ppm.load(Ordering::Relaxed), &mut rng) {
+                out.stats.lost.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             // A host that is down (killed, rebooting) has no socket: the frame is lost,
             // as on a cable to a dead machine.
             if out.socket.send_to(&buf[..n], &out.peer).is_ok() {
@@ -294,7 +358,7 @@ mod tests {
 
         // Partition h1 | h2: nothing passes either way, h3 still hears broadcasts.
         sw.partition(0, 1);
-        assert_eq!(sw.partitions(), vec![(0, 1)]);
+        assert_eq!(sw.partitions(), vec![(0, 1, true)]);
         send(0, &uni);
         send(1, &reply);
         assert_eq!(recv(&hosts[1]), None);
@@ -309,11 +373,95 @@ mod tests {
         assert!(sw.heal(1, 0));
         send(0, &uni);
         assert_eq!(recv(&hosts[1]).as_deref(), Some(&uni[..]));
+        assert!(!sw.heal(0, 1), "nothing left to heal");
+
+        // One way: h1 -> h2 dropped, h2 -> h1 passes; a broadcast from h1 misses h2 only.
+        sw.partition_oneway(0, 1);
+        assert_eq!(sw.partitions(), vec![(0, 1, false)]);
+        send(0, &uni);
+        assert_eq!(recv(&hosts[1]), None);
+        send(1, &reply);
+        assert_eq!(recv(&hosts[0]).as_deref(), Some(&reply[..]));
+        send(0, &bcast);
+        assert_eq!(recv(&hosts[2]).as_deref(), Some(&bcast[..]));
+        assert_eq!(recv(&hosts[1]), None);
+        // Both ways on top of one way is one two-way partition; heal undoes it whole.
+        sw.partition_oneway(1, 0);
+        assert_eq!(sw.partitions(), vec![(0, 1, true)]);
+        sw.partition_oneway(2, 0);
+        assert_eq!(sw.partitions(), vec![(0, 1, true), (2, 0, false)]);
+        assert_eq!(sw.heal_all(), 2);
+        assert!(sw.partitions().is_empty());
+        send(0, &uni);
+        assert_eq!(recv(&hosts[1]).as_deref(), Some(&uni[..]));
         // Runt frames are ignored.
         send(0, b"short");
         assert_eq!(recv(&hosts[1]), None);
         drop(sw);
         assert!(!switch_path(&dir, 1).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Ingress loss on h2: about that fraction of h1's frames to h2 is dropped and counted
+    /// at h2's port; h2's own frames to h1 are untouched; 0 stops it, 100% drops all.
+    #[test]
+    fn ingress_loss_drops_a_fraction_towards_one_port() {
+        let dir = std::env::temp_dir().join(format!("rdma-lab-loss-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sw = Switch::start(&dir, 2).unwrap();
+        let hosts: Vec<UnixDatagram> = (1..=2)
+            .map(|k| {
+                let p = host_path(&dir, k);
+                let _ = std::fs::remove_file(&p);
+                let s = UnixDatagram::bind(&p).unwrap();
+                s.set_read_timeout(Some(Duration::from_millis(500)))
+                    .unwrap();
+                s
+            })
+            .collect();
+        let mac = |k: u8| [0x52, 0x54, 0, 2, 0, k];
+        let to_h2 = frame(mac(2), mac(1), b"data");
+        let to_h1 = frame(mac(1), mac(2), b"back");
+        // Learn both MACs first.
+        hosts[1].send_to(&to_h1, switch_path(&dir, 2)).unwrap();
+        assert!(recv(&hosts[0]).is_some());
+        hosts[0].send_to(&to_h2, switch_path(&dir, 1)).unwrap();
+        assert!(recv(&hosts[1]).is_some());
+
+        sw.set_ingress_loss(1, 300_000);
+        assert_eq!(sw.ingress_loss(1), 300_000);
+        // h2's socket queue is short: a thread drains it while h1 sends.
+        let h2 = hosts[1].try_clone().unwrap();
+        let drain = std::thread::spawn(move || {
+            let mut n = 0u64;
+            while recv(&h2).is_some() {
+                n += 1;
+            }
+            n
+        });
+        let sent = 2000u64;
+        let before = sw.stats(1);
+        for _ in 0..sent {
+            hosts[0].send_to(&to_h2, switch_path(&dir, 1)).unwrap();
+        }
+        let got = drain.join().unwrap();
+        let after = sw.stats(1);
+        let lost = after.3 - before.3;
+        assert_eq!(got + lost, sent, "every frame is delivered or counted lost");
+        // 30% of 2000: the binomial's standard deviation is ~20, so 450..750 is 7 of them.
+        assert!((450..=750).contains(&lost), "lost {lost} of {sent} at 30%");
+        // The other direction is untouched.
+        for _ in 0..20 {
+            hosts[1].send_to(&to_h1, switch_path(&dir, 2)).unwrap();
+            assert_eq!(recv(&hosts[0]).as_deref(), Some(&to_h1[..]));
+        }
+        sw.set_ingress_loss(1, PPM);
+        hosts[0].send_to(&to_h2, switch_path(&dir, 1)).unwrap();
+        assert_eq!(recv(&hosts[1]), None, "100% drops everything");
+        sw.set_ingress_loss(1, 0);
+        hosts[0].send_to(&to_h2, switch_path(&dir, 1)).unwrap();
+        assert_eq!(recv(&hosts[1]).as_deref(), Some(&to_h2[..]));
+        drop(sw);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

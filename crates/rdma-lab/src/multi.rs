@@ -18,8 +18,7 @@
 //! - `wait-ready`: answers once every host's rxe0 is ACTIVE;
 //! - `status`: one line per host;
 //! - `exec hK BASE64-SCRIPT`: runs the script on hK through its agent (eth0, not the fabric);
-//! - `fault netem hK ARGS...` | `fault clear hK` | `fault link hK down|up` |
-//!   `fault partition hA hB` | `fault heal [hA hB]` | `fault kill hK` | `fault restart hK`.
+//! - `fault NAME ARGS...`: one of [`FAULTS`] (`multi/faults.rs`).
 //!
 //! Every fault is logged with a UTC timestamp on stderr and in the fault log.
 
@@ -39,6 +38,9 @@ use crate::fabric::{self, Switch};
 use crate::image::BaseImage;
 use crate::vm::{self, EXIT_LAB_FAILURE, EXIT_TIMEOUT};
 use crate::{host, LabError, Progress};
+
+mod faults;
+pub use faults::{usage as fault_usage, Fault, FAULTS};
 
 /// Most hosts a fabric may have.
 pub const MAX_HOSTS: usize = 6;
@@ -87,7 +89,9 @@ pub struct MultiSpec {
     /// Host-forwarded ports: (host index 0-based, 127.0.0.1 port, guest port).
     pub forwards: Vec<(usize, u16, u16)>,
     /// The relay program qemu runs per guest connection to the controller, with its
-    /// leading arguments; the control socket path is appended (`rdmactl lab relay`).
+    /// leading arguments; the control socket path is appended (`rdmactl lab relay`). The
+    /// program is copied into the run directory first (`/proc/self/exe` reads even when a
+    /// rebuild replaced this binary), so that nothing can replace it under a running lab.
     pub relay: Vec<String>,
 }
 
@@ -176,6 +180,10 @@ struct Host {
     started: Instant,
     link_up: bool,
     netem: Option<String>,
+    /// `kill-rdmad` killed its rdmad (until `start-rdmad` or `clear`).
+    rdmad_killed: bool,
+    /// `rxe-remove` deleted its rxe0 (until `rxe-add` or `clear`).
+    rxe_removed: bool,
 }
 
 struct Lab {
@@ -192,6 +200,8 @@ struct Lab {
     base: BaseImage,
     initrd: PathBuf,
     control: PathBuf,
+    /// The relay command (its program copied into `dir`).
+    relay: Vec<String>,
     lines: Mutex<Sender<(usize, String)>>,
     all_ready: Mutex<Option<Duration>>,
     start: Instant,
@@ -309,6 +319,7 @@ fn run_in(
         &spec.env,
         &spec.files,
     )?;
+    let relay = install_relay(dir, &spec.relay)?;
     let switch = Switch::start(dir, spec.hosts)?;
     let fault_log_path = dir.join("faults.log");
     let fault_log =
@@ -340,6 +351,8 @@ fn run_in(
             started: Instant::now(),
             link_up: true,
             netem: None,
+            rdmad_killed: false,
+            rxe_removed: false,
         });
     }
     let lab = Arc::new(Lab {
@@ -355,6 +368,7 @@ fn run_in(
         base: base.clone(),
         initrd,
         control: control.clone(),
+        relay,
         lines: Mutex::new(tx),
         all_ready: Mutex::new(None),
         start: Instant::now(),
@@ -424,6 +438,25 @@ fn run_in(
     })
 }
 
+/// Copy the relay program into the run directory; the relay command with that copy.
+fn install_relay(dir: &Path, relay: &[String]) -> Result<Vec<String>, LabError> {
+    let Some((program, args)) = relay.split_first() else {
+        return Err(LabError::Image("the lab needs a relay program".into()));
+    };
+    let copy = dir.join("relay");
+    fs::copy(program, &copy).map_err(|e| LabError::io(Path::new(program), e))?;
+    let mut cmd = vec![copy.to_string_lossy().to_string()];
+    cmd.extend(args.iter().cloned());
+    cmd.push(dir.join("control.sock").to_string_lossy().to_string());
+    if let Some(bad) = cmd.iter().find(|w| w.contains([' ', ','])) {
+        return Err(LabError::Image(format!(
+            "the lab relay command word {bad:?} has a space or comma, which qemu's guestfwd cannot take (set RDMA_LAB_CACHE to a path without them)"
+        )));
+    }
+    cmd.pop();
+    Ok(cmd)
+}
+
 /// Start (or restart) host `i`'s qemu. A restarted host idles (it does not rerun the command).
 fn spawn_host(lab: &Arc<Lab>, i: usize) -> Result<(), LabError> {
     let spec = &lab.spec;
@@ -456,13 +489,16 @@ fn spawn_host(lab: &Arc<Lab>, i: usize) -> Result<(), LabError> {
         "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off no_timer_check lab.mode={mode} lab.devices=1 lab.rxe=1 lab.port={RDMAD_PORT} lab.hosts={} lab.host={k}",
         spec.hosts
     );
-    let mut user = format!("user,id=n0,hostfwd=tcp:127.0.0.1:{agent_port}-:{AGENT_PORT}");
+    // restrict=on: nothing the guest sends leaves this machine except through the hostfwd
+    // ports and the guestfwd relay (see vm.rs).
+    let mut user =
+        format!("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{agent_port}-:{AGENT_PORT}");
     for (hi, hp, gp) in &spec.forwards {
         if *hi == i {
             user.push_str(&format!(",hostfwd=tcp:127.0.0.1:{hp}-:{gp}"));
         }
     }
-    let mut relay = spec.relay.clone();
+    let mut relay = lab.relay.clone();
     relay.push(lab.control.to_string_lossy().to_string());
     user.push_str(&format!(
         ",guestfwd=tcp:{CONTROL_GUEST_ADDR}-cmd:{}",
@@ -552,6 +588,11 @@ fn spawn_host(lab: &Arc<Lab>, i: usize) -> Result<(), LabError> {
     h.started = Instant::now();
     h.link_up = true;
     h.netem = None;
+    h.rdmad_killed = false;
+    h.rxe_removed = false;
+    drop(hosts);
+    // A new boot has a clean NIC: an ingress loss set on the old one is gone too.
+    lab.switch.set_ingress_loss(i, 0);
     Ok(())
 }
 
@@ -721,7 +762,7 @@ fn handle(lab: &Arc<Lab>, stream: UnixStream) {
             let _ = exec(lab, host, script, &mut out);
             return;
         }
-        ["fault", rest @ ..] => fault(lab, rest),
+        ["fault", rest @ ..] => faults::fault(lab, rest),
         [] => Err("empty request".to_string()),
         other => Err(format!(
             "unknown request {:?} (wait-ready, status, exec, fault)",
@@ -756,21 +797,27 @@ fn wait_ready(lab: &Lab) -> Result<String, String> {
 }
 
 fn status(lab: &Lab) -> String {
-    let hosts = lock(&lab.hosts);
-    let mut s = format!("{} hosts", hosts.len());
-    for (i, h) in hosts.iter().enumerate() {
-        let (rx, tx, dropped) = lab.switch.stats(i);
+    let mut s = format!("{} hosts", lab.spec.hosts);
+    for i in 0..lab.spec.hosts {
+        let (rx, tx, dropped, lost) = lab.switch.stats(i);
+        let (state, generation, link_up) = {
+            let hosts = lock(&lab.hosts);
+            (hosts[i].state, hosts[i].generation, hosts[i].link_up)
+        };
         s.push_str(&format!(
-            "\n{} {:?} boot={} link={} netem={} fabric_rx={rx} fabric_tx={tx} dropped={dropped}",
+            "\n{} {state:?} boot={generation} link={} {} fabric_rx={rx} fabric_tx={tx} dropped={dropped} ingress_lost={lost}",
             host_name(i),
-            h.state,
-            h.generation,
-            if h.link_up { "up" } else { "down" },
-            h.netem.as_deref().unwrap_or("none"),
+            if link_up { "up" } else { "down" },
+            faults::host_faults(lab, i),
         ));
     }
-    for (a, b) in lab.switch.partitions() {
-        s.push_str(&format!("\npartition {} {}", host_name(a), host_name(b)));
+    for (a, b, both) in lab.switch.partitions() {
+        s.push_str(&format!(
+            "\npartition {} {}{}",
+            host_name(a),
+            host_name(b),
+            if both { "" } else { " --oneway" }
+        ));
     }
     s
 }
@@ -894,126 +941,6 @@ fn qmp(lab: &Lab, i: usize, command: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// netem arguments are passed to tc: plain words only (no shell metacharacters).
-fn netem_args(args: &[&str]) -> Result<String, String> {
-    if args.is_empty() {
-        return Err("netem needs arguments, e.g. `loss 5%`, `delay 10ms 2ms`, `reorder 25% gap 5`, `corrupt 1%`".into());
-    }
-    for a in args {
-        if !a
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._%-".contains(&b))
-        {
-            return Err(format!(
-                "netem argument {a:?}: only letters, digits and . _ % -"
-            ));
-        }
-    }
-    Ok(args.join(" "))
-}
-
-fn fault(lab: &Arc<Lab>, words: &[&str]) -> Result<String, String> {
-    let hosts = lab.spec.hosts;
-    let host = |w: &str| parse_host(w, hosts);
-    match words {
-        ["netem", h, args @ ..] => {
-            let i = host(h)?;
-            let args = netem_args(args)?;
-            let (code, out) = agent_sh(
-                lab,
-                i,
-                &format!("tc qdisc replace dev eth1 root netem {args}"),
-            )?;
-            if code != 0 {
-                return Err(format!("tc on {h} failed: {}", out.trim()));
-            }
-            lock(&lab.hosts)[i].netem = Some(args.clone());
-            Ok(log_fault(lab, &format!("netem {h} {args} (eth1 egress of {h})")))
-        }
-        ["clear", h] => {
-            let i = host(h)?;
-            let (code, out) = agent_sh(lab, i, "tc qdisc del dev eth1 root 2>&1 || true")?;
-            if code != 0 {
-                return Err(format!("tc on {h} failed: {}", out.trim()));
-            }
-            lock(&lab.hosts)[i].netem = None;
-            Ok(log_fault(lab, &format!("clear {h} (netem removed)")))
-        }
-        ["link", h, dir @ ("down" | "up")] => {
-            let i = host(h)?;
-            let on = *dir == "up";
-            qmp(
-                lab,
-                i,
-                &format!(r#"{{"execute":"set_link","arguments":{{"name":"fab","up":{on}}}}}"#),
-            )
-            .map_err(|e| format!("qemu monitor of {h}: {e}"))?;
-            lock(&lab.hosts)[i].link_up = on;
-            Ok(log_fault(lab, &format!("link {h} {dir}")))
-        }
-        ["partition", a, b] => {
-            let (ia, ib) = (host(a)?, host(b)?);
-            if ia == ib {
-                return Err("a partition needs two different hosts".into());
-            }
-            lab.switch.partition(ia, ib);
-            Ok(log_fault(lab, &format!("partition {a} {b}")))
-        }
-        ["heal", a, b] => {
-            let (ia, ib) = (host(a)?, host(b)?);
-            if !lab.switch.heal(ia, ib) {
-                return Err(format!("{a} and {b} were not partitioned"));
-            }
-            Ok(log_fault(lab, &format!("heal {a} {b}")))
-        }
-        ["heal"] => {
-            let n = lab.switch.heal_all();
-            Ok(log_fault(lab, &format!("heal all ({n} partitions)")))
-        }
-        ["kill", h] => {
-            let i = host(h)?;
-            let mut hosts = lock(&lab.hosts);
-            let hs = &mut hosts[i];
-            let Some(mut c) = hs.child.take() else {
-                return Err(format!("{h} is not running"));
-            };
-            let _ = c.kill();
-            let _ = c.wait();
-            hs.state = State::Killed;
-            if hs.runs_command && hs.code.is_none() {
-                hs.code = Some(EXIT_KILLED);
-            }
-            hs.runs_command = false;
-            let _ = fs::remove_file(fabric::host_path(&lab.dir, i + 1));
-            drop(hosts);
-            Ok(log_fault(lab, &format!("kill {h} (qemu killed, no shutdown)")))
-        }
-        ["restart", h] => {
-            let i = host(h)?;
-            if lock(&lab.hosts)[i].child.is_some() {
-                return Err(format!("{h} is running; kill it first"));
-            }
-            let line = log_fault(lab, &format!("restart {h} (booting)"));
-            spawn_host(lab, i).map_err(|e| e.to_string())?;
-            let deadline = Instant::now() + BOOT_LIMIT;
-            loop {
-                if lock(&lab.hosts)[i].state == State::Ready {
-                    let up = log_fault(lab, &format!("restart {h} done: rxe0 ACTIVE"));
-                    return Ok(format!("{line}\n{up}"));
-                }
-                if lab.stop.load(Ordering::Relaxed) || Instant::now() > deadline {
-                    return Err(format!("{h} did not come back ACTIVE"));
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        _ => Err(format!(
-            "unknown fault {:?}: netem hK ARGS | clear hK | link hK down|up | partition hA hB | heal [hA hB] | kill hK | restart hK",
-            words.join(" ")
-        )),
-    }
-}
-
 /// Where a control request goes: the lab's unix socket (on this machine) or the guestfwd
 /// address (inside a host).
 #[derive(Debug, Clone)]
@@ -1112,14 +1039,6 @@ mod tests {
             utc_timestamp(SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400)),
             "2000-02-29T00:00:00.000Z"
         );
-    }
-
-    #[test]
-    fn netem_arguments_are_plain_words() {
-        assert_eq!(netem_args(&["loss", "5%"]).unwrap(), "loss 5%");
-        assert!(netem_args(&["loss", "5%;reboot"]).is_err());
-        assert!(netem_args(&["delay", "$(x)"]).is_err());
-        assert!(netem_args(&[]).is_err());
     }
 
     #[test]

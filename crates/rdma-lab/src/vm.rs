@@ -313,7 +313,9 @@ fn run_in(
         spec.devices,
         if spec.rxe { 1 } else { 0 }
     );
-    let mut netdev = "user,id=n0".to_string();
+    // restrict=on: the guest reaches nothing beyond this qemu except through the hostfwd
+    // ports (qemu's user network answers any other TCP connect with a reset at once).
+    let mut netdev = "user,id=n0,restrict=on".to_string();
     for (h, g) in &spec.forwards {
         netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{h}-:{g}"));
     }

@@ -37,9 +37,13 @@ enum LabCommand {
     Test(TestArgs),
     /// Inject a fault into a running multi-host lab (from this machine or inside a host).
     ///
-    /// netem hK ARGS (tc netem on hK's fabric egress, e.g. `loss 5%`, `delay 20ms 5ms`,
-    /// `reorder 25% gap 5`, `corrupt 1%`) | clear hK | link hK down|up | partition hA hB |
-    /// heal [hA hB] | kill hK | restart hK. Each fault is logged with a UTC timestamp.
+    /// netem hK ARGS (tc netem on hK's fabric egress, e.g. `loss 5%`, `delay 2ms`,
+    /// `delay 20ms 5ms`, `reorder 25% gap 5`, `corrupt 1%`) | ingress hK loss P% (the fabric
+    /// switch drops P% of the frames towards hK) | clear hK (undoes netem, ingress,
+    /// kill-rdmad, rxe-remove on hK) | link hK down|up | partition hA hB [--oneway] (with
+    /// --oneway only hA -> hB is dropped) | heal [hA hB] | kill hK | restart hK |
+    /// kill-rdmad hK | start-rdmad hK | rxe-remove hK | rxe-add hK. Each fault is logged
+    /// with a UTC timestamp.
     Fault(FaultArgs),
     /// Run a shell command on one host of a running multi-host lab; returns its exit code.
     Exec(ExecArgs),
@@ -131,8 +135,9 @@ struct ControlArgs {
 struct FaultArgs {
     #[command(flatten)]
     control: ControlArgs,
-    /// The fault: netem hK ARGS.. | clear hK | link hK down|up | partition hA hB |
-    /// heal [hA hB] | kill hK | restart hK.
+    /// The fault: netem hK ARGS.. | ingress hK loss P% | clear hK | link hK down|up |
+    /// partition hA hB [--oneway] | heal [hA hB] | kill hK | restart hK | kill-rdmad hK |
+    /// start-rdmad hK | rxe-remove hK | rxe-add hK.
     #[arg(
         trailing_var_arg = true,
         required = true,
@@ -266,8 +271,8 @@ fn find_workspace() -> Option<PathBuf> {
     None
 }
 
-/// What the VM gets: both binaries with every verbs-based feature on. Cargo keeps one
-/// artifact per feature set, so switching between this and the default build relinks nothing.
+/// What the VM gets: both binaries with every verbs-based feature on, built into their own
+/// target directory ([`LAB_TARGET_DIR`]).
 const VM_BUILD: &[&str] = &[
     "-p",
     "rdmad",
@@ -290,9 +295,18 @@ fn build_image(cache: &Path) -> Result<rdma_lab::image::BaseImage> {
     Ok(rdma_lab::image::ensure_base(cache, &progress)?)
 }
 
+/// Where the lab builds the VM's binaries, under the workspace: never target/<profile>,
+/// which holds the rdmactl that runs the lab (`cargo run -p rdmactl -- lab ...` builds the
+/// default features there; building the verbs flavour over it would replace the running
+/// binary, and each `cargo run` after a lab command would build the default one again).
+const LAB_TARGET_DIR: &str = "target/lab-build";
+
 fn cargo_build(workspace: &Path, extra: &[&str]) -> Result<()> {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(workspace).arg("build").arg("--quiet");
+    cmd.current_dir(workspace)
+        .env("CARGO_TARGET_DIR", workspace.join(LAB_TARGET_DIR))
+        .arg("build")
+        .arg("--quiet");
     if profile() == "release" {
         cmd.arg("--release");
     }
@@ -318,7 +332,7 @@ fn project_binaries(vm: &VmArgs, workspace: Option<&Path>) -> Result<Vec<(PathBu
             profile()
         ));
         cargo_build(ws, VM_BUILD)?;
-        ws.join("target").join(profile())
+        ws.join(LAB_TARGET_DIR).join(profile())
     } else {
         std::env::current_exe()?
             .parent()
@@ -452,11 +466,6 @@ fn multi_spec_from(
     for a in &vm.add {
         files.push(parse_add(a)?);
     }
-    let exe = std::env::current_exe().context("locating this rdmactl for the lab relay")?;
-    let exe = exe.to_string_lossy().to_string();
-    if exe.contains([' ', ',']) {
-        bail!("the lab relay path {exe:?} has a space or comma, which qemu's guestfwd cannot take");
-    }
     Ok(MultiSpec {
         hosts: vm.hosts as usize,
         mode,
@@ -466,7 +475,9 @@ fn multi_spec_from(
         files,
         env: Vec::new(),
         forwards: Vec::new(),
-        relay: vec![exe, "lab".into(), "relay".into()],
+        // This very binary, read through /proc (which works even after a rebuild replaced
+        // its file); the lab copies it into its run directory before any qemu starts.
+        relay: vec!["/proc/self/exe".into(), "lab".into(), "relay".into()],
     })
 }
 
@@ -802,7 +813,7 @@ fn up_multi(a: UpArgs) -> Result<ExitCode> {
     eprintln!("lab: the shell below is h1; `exit` powers every host off.");
     eprintln!("lab: other hosts, from another terminal:  rdmactl lab ssh h2   (Ctrl-] detaches)");
     eprintln!("lab:                  or one command:     rdmactl lab exec h2 -- rdma link");
-    eprintln!("lab: faults:  rdmactl lab fault link h2 down | netem h2 loss 5% | partition h1 h2 | kill h3 | restart h3");
+    eprintln!("lab: faults:  rdmactl lab fault link h2 down | netem h2 loss 5% | ingress h2 loss 5% | partition h1 h2 [--oneway] | kill-rdmad h2 | rxe-remove h2 | kill h3 | restart h3");
     let outcome = multi::run(&base, &cache, &spec, &progress, None)?;
     eprintln!(
         "lab: the hosts are off (ran {:.0} s; fault log {})",
@@ -1004,5 +1015,58 @@ mod tests {
         assert!(g.starts_with("/opt/rdma/extra/"));
         let rel = format!("{}:relative/path", exe.display());
         assert!(parse_add(&rel).is_err());
+    }
+
+    /// The fault help is written by hand: it names every fault the controller knows.
+    #[test]
+    fn fault_help_names_every_fault() {
+        use clap::CommandFactory;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            lab: LabCommand,
+        }
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("fault")
+            .expect("a fault subcommand")
+            .render_long_help()
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        for f in multi::FAULTS {
+            assert!(
+                help.contains(&format!(
+                    "{} {}",
+                    f.name,
+                    f.args.split(' ').next().unwrap_or("")
+                )),
+                "`lab fault --help` does not show `{} {}`:\n{help}",
+                f.name,
+                f.args
+            );
+        }
+    }
+
+    /// The README's fault table has a row for every fault (what it does to RoCE).
+    #[test]
+    fn readme_fault_table_has_every_fault() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+            .expect("README.md");
+        // The first cells of the table's rows: "`partition hA hB` / `heal`".
+        let firsts: Vec<&str> = readme
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .filter_map(|l| l.split('|').nth(1))
+            .collect();
+        for f in multi::FAULTS {
+            assert!(
+                firsts.iter().any(|c| c.contains(&format!("`{} ", f.name))
+                    || c.contains(&format!("`{}`", f.name))),
+                "README.md's fault table has no row for `{}`",
+                f.name
+            );
+        }
     }
 }

@@ -89,3 +89,20 @@ fn rdmad_once_sees_every_lab_device() {
         "one rdma_device_info per device expected in:\n{text}"
     );
 }
+
+/// The lab's qemu user network is `restrict=on`: a TCP connect to an address outside the
+/// lab (192.0.2.1, TEST-NET-1, documentation only) is answered inside qemu with a reset, so
+/// it is refused at once, never sent from this machine nor left to time out.
+#[test]
+fn guest_cannot_reach_outside_through_its_user_network() {
+    let outside: std::net::SocketAddr = "192.0.2.1:80".parse().unwrap();
+    match std::net::TcpStream::connect_timeout(&outside, std::time::Duration::from_secs(10)) {
+        Ok(_) => panic!("connected to {outside}: the lab's user network is not restricted"),
+        Err(e) => assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionRefused,
+            "connecting to {outside} failed with {e} (kind {:?}), not a refusal from qemu's restricted network",
+            e.kind()
+        ),
+    }
+}
