@@ -11,7 +11,7 @@
 mod cmd;
 mod exit;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 /// rdmactl: look at, explain and exercise RDMA devices (InfiniBand, RoCE v2, Soft-RoCE).
@@ -64,6 +64,9 @@ enum Command {
     Lab(cmd::lab::Args),
     /// Live full-screen view of RDMA ports: rates, errors explained, QPs, probes, events.
     Top(cmd::top::Args),
+    /// Print the man page or shell completions (man, complete-bash|zsh|fish), for packages.
+    #[command(hide = true)]
+    Generate(cmd::generate::Args),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Lab(args) => cmd::lab::run(args),
         Command::Top(args) => cmd::top::run(args),
+        Command::Generate(args) => cmd::generate::run(args, Cli::command()),
         Command::Trace(args) => cmd::trace::run(args),
         Command::Devices(args) => cmd::devices::run(args),
         Command::Counters(args) => cmd::counters::run(args),
