@@ -88,8 +88,9 @@ fn settings(args: &[String]) -> Settings {
     parse_from(&argv).unwrap_or_else(|e| panic!("rdmad {args:?}: {e:?}"))
 }
 
-fn tempdir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdmad-options-{}", std::process::id()));
+/// A directory of its own per test (they run in parallel threads of one process).
+fn tempdir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rdmad-options-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -98,7 +99,7 @@ fn tempdir() -> PathBuf {
 /// settings, and they differ from the defaults (the option reaches a setting).
 #[test]
 fn every_option_is_a_flag_an_env_variable_and_a_config_key() {
-    let dir = tempdir();
+    let dir = tempdir("sources");
     let file = dir.join("rdmad.toml");
     let defaults = settings(&[]);
     let mut checked = 0;
@@ -219,8 +220,7 @@ fn man_page_has_every_option_and_renders() {
             assert!(plain.contains(&env), "{env} not in the man page");
         }
     }
-    let dir = tempdir().join("man");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempdir("man");
     let page = dir.join("rdmad.8");
     std::fs::write(&page, &roff).unwrap();
     let rendered = render_man(&page);
