@@ -11,7 +11,7 @@
 mod cmd;
 mod exit;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 /// rdmactl: look at, explain and exercise RDMA devices (InfiniBand, RoCE v2, Soft-RoCE).
@@ -66,6 +66,9 @@ enum Command {
     Top(cmd::top::Args),
     /// The pingmesh: latency and loss matrix, and which host, path and direction is at fault.
     Mesh(cmd::mesh::Args),
+    /// Print the man page or shell completions (man, complete-bash|zsh|fish), for packages.
+    #[command(hide = true)]
+    Generate(cmd::generate::Args),
 }
 
 fn main() -> ExitCode {
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
         Command::Lab(args) => cmd::lab::run(args),
         Command::Top(args) => cmd::top::run(args),
         Command::Mesh(args) => cmd::mesh::run(args),
+        Command::Generate(args) => cmd::generate::run(args, Cli::command()),
         Command::Trace(args) => cmd::trace::run(args),
         Command::Devices(args) => cmd::devices::run(args),
         Command::Counters(args) => cmd::counters::run(args),

@@ -1,315 +1,26 @@
 //! Command-line flags in node_exporter style, and their merge with the config file.
 //!
-//! The fixed flags are declared with clap's derive ([`Flags`]); `--collector.<name>` and
+//! Every option is a row of [`crate::options`]; `--collector.<name>` and
 //! `--no-collector.<name>` are generated from the collector table, so adding a collector adds
 //! its flags, env variable and config key. Precedence, per setting: command line, then the
 //! `RDMAD_*` environment variable, then the `--config` file, then the default.
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::builder::BoolishValueParser;
 use clap::parser::ValueSource;
-use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
+use clap::{Arg, ArgAction, ArgMatches, Command};
 
+use crate::collector::netlink_owners::OwnerSettings;
 use crate::collector::probes::{self, ProbeSettings};
 use crate::collector::TABLE;
 use crate::config::{self, FileConfig};
+use crate::options::{self, explicit, Values};
 
 /// The default port: not used by node_exporter (9100), rdma_exporter (9879) or the other
 /// RDMA exporters we know of (9315, 9683).
 pub const DEFAULT_PORT: u16 = 9736;
-
-/// rdmad: RDMA devices and counters as Prometheus metrics.
-#[derive(Args, Debug, Clone)]
-pub struct Flags {
-    /// Address to listen on: HOST:PORT, or :PORT for every interface.
-    #[arg(
-        long = "web.listen-address",
-        env = "RDMAD_WEB_LISTEN_ADDRESS",
-        default_value = ":9736",
-        value_name = "ADDRESS"
-    )]
-    pub listen_address: String,
-    /// Most scrapes served at once; more get 503 (a scrape reads sysfs on a blocking thread).
-    #[arg(
-        long = "web.max-requests",
-        env = "RDMAD_WEB_MAX_REQUESTS",
-        default_value_t = 40,
-        value_parser = clap::value_parser!(u32).range(1..),
-        value_name = "N"
-    )]
-    pub max_requests: u32,
-    /// TLS and basic auth: a YAML file in the Prometheus exporter-toolkit web configuration
-    /// format (tls_server_config, http_server_config, basic_auth_users); "" for none.
-    #[arg(
-        long = "web.config.file",
-        env = "RDMAD_WEB_CONFIG_FILE",
-        value_name = "FILE"
-    )]
-    pub web_config_file: Option<std::ffi::OsString>,
-    /// Never compress responses. By default `/metrics` is sent gzip or zstd encoded when the
-    /// request's Accept-Encoding asks for it (Prometheus always sends gzip).
-    #[arg(
-        long = "web.disable-compression",
-        env = "RDMAD_WEB_DISABLE_COMPRESSION",
-        value_parser = BoolishValueParser::new(),
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        default_value = "false",
-        value_name = "BOOL"
-    )]
-    pub disable_compression: bool,
-    /// The gzip level of compressed responses: 1 (fastest) to 12 (smallest), libdeflate's
-    /// levels. 10 and up search for the shortest encoding: on the 64-device benchmark tree
-    /// about one point of the plain size less than 6, for 20-40 times its CPU per scrape.
-    #[arg(
-        long = "web.gzip-level",
-        env = "RDMAD_WEB_GZIP_LEVEL",
-        default_value_t = crate::encoding::DEFAULT_GZIP_LEVEL,
-        value_parser = clap::value_parser!(u8).range(1..=12),
-        value_name = "LEVEL"
-    )]
-    pub gzip_level: u8,
-    /// Where sysfs is mounted (devices are under PATH/class/infiniband).
-    #[arg(
-        long = "path.sysfs",
-        env = "RDMAD_PATH_SYSFS",
-        default_value = "/sys",
-        value_name = "PATH"
-    )]
-    pub sysfs: PathBuf,
-    /// Where procfs is mounted (the owners of RDMA objects are read from PATH/<pid>).
-    #[arg(
-        long = "path.procfs",
-        env = "RDMAD_PATH_PROCFS",
-        default_value = "/proc",
-        value_name = "PATH"
-    )]
-    pub procfs: PathBuf,
-    /// The scrape deadline: a collector still running then contributes what it has and
-    /// rdma_scrape_collector_timeout{collector} is 1. Seconds or with a unit (500ms); 0 for
-    /// none.
-    #[arg(
-        long = "scrape.timeout",
-        env = "RDMAD_SCRAPE_TIMEOUT",
-        default_value = "5s",
-        value_parser = parse_timeout,
-        value_name = "DURATION"
-    )]
-    pub scrape_timeout_ms: u64,
-    /// Add a pid label to the netlink_owners series (every new process is a new series).
-    #[arg(
-        long = "collector.netlink_owners.pid",
-        env = "RDMAD_COLLECTOR_NETLINK_OWNERS_PID",
-        value_parser = BoolishValueParser::new(),
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        default_value = "false",
-        value_name = "BOOL"
-    )]
-    pub owners_pid: bool,
-    /// Owners exported per scrape by netlink_owners; the ones holding fewer objects fold
-    /// into comm="other" (counted by rdma_owners_folded).
-    #[arg(
-        long = "collector.netlink_owners.max-owners",
-        env = "RDMAD_COLLECTOR_NETLINK_OWNERS_MAX_OWNERS",
-        default_value_t = crate::collector::netlink_owners::DEFAULT_MAX_OWNERS,
-        value_name = "N"
-    )]
-    pub owners_max_owners: usize,
-    /// Objects netlink_owners reads per dump (one device, one type); the rest are counted
-    /// by rdma_owner_objects_unread.
-    #[arg(
-        long = "collector.netlink_owners.max-objects",
-        env = "RDMAD_COLLECTOR_NETLINK_OWNERS_MAX_OBJECTS",
-        default_value_t = crate::collector::netlink_owners::DEFAULT_MAX_OBJECTS,
-        value_parser = clap::value_parser!(u64).range(1..),
-        value_name = "N"
-    )]
-    pub owners_max_objects: u64,
-    /// Read the `netdev` collector's ethtool answers from this directory (one
-    /// subdirectory per netdev with the raw ioctl buffers, as captured by rdmakit's
-    /// `KernelEthtool::capture`) instead of asking the kernel: for fixtures and for
-    /// replaying a capture from another machine together with its `--path.sysfs` tree.
-    #[arg(
-        long = "path.ethtool-capture",
-        env = "RDMAD_PATH_ETHTOOL_CAPTURE",
-        value_name = "DIR"
-    )]
-    pub ethtool_capture: Option<PathBuf>,
-    /// Only read devices whose whole name matches this regular expression.
-    #[arg(
-        long = "collector.device-include",
-        env = "RDMAD_COLLECTOR_DEVICE_INCLUDE",
-        value_name = "REGEX"
-    )]
-    pub device_include: Option<String>,
-    /// Never read devices whose whole name matches this regular expression (applied before
-    /// any file of the device is opened).
-    #[arg(
-        long = "collector.device-exclude",
-        env = "RDMAD_COLLECTOR_DEVICE_EXCLUDE",
-        value_name = "REGEX"
-    )]
-    pub device_exclude: Option<String>,
-    /// Disable every collector that is not enabled explicitly.
-    #[arg(
-        long = "collector.disable-defaults",
-        env = "RDMAD_COLLECTOR_DISABLE_DEFAULTS",
-        value_parser = BoolishValueParser::new(),
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        default_value = "false",
-        value_name = "BOOL"
-    )]
-    pub disable_defaults: bool,
-    /// Run the active probe engine (needs a build with the `verbs` feature) and enable the
-    /// probes collector.
-    #[arg(
-        long = "probe.enable",
-        env = "RDMAD_PROBE_ENABLE",
-        value_parser = BoolishValueParser::new(),
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_name = "BOOL"
-    )]
-    pub probe_enable: Option<bool>,
-    /// Time between probe rounds: seconds, or with a unit (500ms, 10s) [default: 10s].
-    #[arg(
-        long = "probe.interval",
-        env = "RDMAD_PROBE_INTERVAL",
-        value_parser = probes::parse_interval,
-        value_name = "DURATION"
-    )]
-    pub probe_interval_ms: Option<u64>,
-    /// Probe message size, bytes [default: 64].
-    #[arg(
-        long = "probe.size",
-        env = "RDMAD_PROBE_SIZE",
-        value_parser = probes::parse_size,
-        value_name = "BYTES"
-    )]
-    pub probe_size: Option<usize>,
-    /// Timed exchanges per operation per round [default: 100].
-    #[arg(
-        long = "probe.iterations",
-        env = "RDMAD_PROBE_ITERATIONS",
-        value_parser = clap::value_parser!(u64).range(1..),
-        value_name = "N"
-    )]
-    pub probe_iterations: Option<u64>,
-    /// Devices to probe in loopback, comma-separated [default: every device with an active
-    /// port].
-    #[arg(
-        long = "probe.devices",
-        env = "RDMAD_PROBE_DEVICES",
-        value_delimiter = ',',
-        value_name = "DEVICES"
-    )]
-    pub probe_devices: Option<Vec<String>>,
-    /// MR sizes whose registration is timed, comma-separated (4K, 1M, ...; "" for none)
-    /// [default: 4K,64K,1M,16M,64M].
-    #[arg(
-        long = "probe.mr-sizes",
-        env = "RDMAD_PROBE_MR_SIZES",
-        value_delimiter = ',',
-        value_name = "SIZES"
-    )]
-    pub probe_mr_sizes: Option<Vec<String>>,
-    /// Accept peer probes here: HOST:PORT or :PORT (needs --probe.secret-file).
-    #[arg(
-        long = "probe.listen",
-        env = "RDMAD_PROBE_LISTEN",
-        value_parser = probes::parse_listen,
-        value_name = "ADDR"
-    )]
-    pub probe_listen: Option<std::net::SocketAddr>,
-    /// A peer to probe, HOST:PORT of its --probe.listen; repeatable (comma-separated in the
-    /// environment; needs --probe.secret-file).
-    #[arg(
-        long = "probe.peer",
-        env = "RDMAD_PROBE_PEER",
-        value_delimiter = ',',
-        action = ArgAction::Append,
-        value_name = "HOST:PORT"
-    )]
-    pub probe_peers: Option<Vec<String>>,
-    /// How peers are probed: `ud` (echo requests on one UD QP per local device, whatever
-    /// the number of peers) or `rc` (one-sided RDMA READ on an RC QP per peer) [default: ud].
-    #[arg(
-        long = "probe.transport",
-        env = "RDMAD_PROBE_TRANSPORT",
-        value_parser = probes::parse_transport,
-        value_name = "ud|rc"
-    )]
-    pub probe_transport: Option<probes::Transport>,
-    /// Discover peers in DNS: every A/AAAA record of NAME (a headless Service), ports from
-    /// the SRV records _rdmad-probe._tcp.NAME (else this host's --probe.listen port); asked
-    /// again every interval.
-    #[arg(
-        long = "probe.peers-dns",
-        env = "RDMAD_PROBE_PEERS_DNS",
-        value_name = "NAME"
-    )]
-    pub probe_peers_dns: Option<String>,
-    /// Discover peers from a Prometheus file_sd-style JSON (.json) or YAML file: targets
-    /// HOST:PORT with labels such as rack and zone; re-read when it changes.
-    #[arg(
-        long = "probe.peers-file",
-        env = "RDMAD_PROBE_PEERS_FILE",
-        value_name = "FILE"
-    )]
-    pub probe_peers_file: Option<PathBuf>,
-    /// Probe every peer every round up to this many peers; above it, the host's rack and a
-    /// rotating sample of the others, at most this many per round [default: 64].
-    #[arg(
-        long = "probe.mesh-max",
-        env = "RDMAD_PROBE_MESH_MAX",
-        value_parser = clap::value_parser!(u64).range(1..=65536),
-        value_name = "N"
-    )]
-    pub probe_mesh_max: Option<u64>,
-    /// This host's rack label for the pinglist [default: its own entry's `rack` in
-    /// --probe.peers-file].
-    #[arg(long = "probe.rack", env = "RDMAD_PROBE_RACK", value_name = "RACK")]
-    pub probe_rack: Option<String>,
-    /// Export a latency histogram, every summary stat, runs and failures per peer (false: the
-    /// 6 default series per peer: sent, lost by direction, typical and p99, status)
-    /// [default: false].
-    #[arg(
-        long = "probe.peer-histograms",
-        env = "RDMAD_PROBE_PEER_HISTOGRAMS",
-        value_parser = BoolishValueParser::new(),
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_name = "BOOL"
-    )]
-    pub probe_peer_histograms: Option<bool>,
-    /// File holding the shared secret of the peer handshake (never logged).
-    #[arg(
-        long = "probe.secret-file",
-        env = "RDMAD_PROBE_SECRET_FILE",
-        value_name = "FILE"
-    )]
-    pub probe_secret_file: Option<PathBuf>,
-    /// A TOML file with the same settings as the flags (keys are flag names); flags and
-    /// RDMAD_* variables override it.
-    #[arg(long = "config", env = "RDMAD_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Print one exposition (text format 0.0.4) to stdout and exit.
-    #[arg(long)]
-    pub once: bool,
-    /// Print every metric family rdmad can export (name, type, HELP, collectors, and the
-    /// catalog counters behind them) in FORMAT and exit.
-    #[arg(long = "print-metrics", value_name = "FORMAT", value_parser = ["json"])]
-    pub print_metrics: Option<String>,
-}
 
 /// The resolved settings rdmad runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -348,14 +59,6 @@ pub struct Settings {
     pub print_metrics: bool,
 }
 
-/// `--scrape.timeout`: a duration like `--probe.interval`, or 0 for none.
-fn parse_timeout(text: &str) -> Result<u64, String> {
-    if text.trim() == "0" {
-        return Ok(0);
-    }
-    probes::parse_interval(text)
-}
-
 fn enable_id(name: &str) -> String {
     format!("collector.{name}")
 }
@@ -366,19 +69,30 @@ fn disable_id(name: &str) -> String {
 
 /// The env variable of `--collector.<name>`.
 pub fn collector_env(name: &str) -> String {
-    format!("RDMAD_COLLECTOR_{}", name.to_ascii_uppercase())
+    options::env_var(&enable_id(name))
 }
 
-/// The full command: fixed flags plus the generated collector flags.
+/// What `--generate` writes to stdout (hidden: for packaging and the README).
+pub const GENERATE: &[&str] = &[
+    "man",
+    "complete-bash",
+    "complete-zsh",
+    "complete-fish",
+    "readme-options",
+];
+
+/// The full command: the general options, the collector flags, the collectors' own options,
+/// then the command options (`--config`, `--once`, ...), all from [`crate::options`].
 pub fn command() -> Command {
-    let mut cmd = Flags::augment_args(
-        Command::new("rdmad")
-            .version(crate::build_info::long_version())
-            .about("rdmad: RDMA devices and counters as Prometheus metrics")
-            .after_help(
-                "Exit codes: 0 clean exit, 1 failure (bad setting, cannot listen), 2 usage error.",
-            ),
-    );
+    let mut cmd = Command::new("rdmad")
+        .version(crate::build_info::long_version())
+        .about("rdmad: RDMA devices and counters as Prometheus metrics")
+        .after_help(
+            "Exit codes: 0 clean exit, 1 failure (bad setting, cannot listen), 2 usage error.",
+        );
+    for o in options::GENERAL {
+        cmd = cmd.arg(options::arg(o));
+    }
     for spec in TABLE {
         let default = if spec.default_enabled {
             "enabled"
@@ -408,77 +122,61 @@ pub fn command() -> Command {
                     .action(ArgAction::SetTrue),
             );
     }
-    cmd
+    for o in TABLE
+        .iter()
+        .flat_map(|spec| spec.options.iter())
+        .chain(options::COMMANDS)
+    {
+        cmd = cmd.arg(options::arg(o));
+    }
+    cmd.arg(
+        Arg::new("generate")
+            .long("generate")
+            .value_name("WHAT")
+            .value_parser(GENERATE.to_vec())
+            .hide(true)
+            .exclusive(true),
+    )
 }
 
-/// Whether a value came from the command line or the environment (not a default).
-fn explicit(matches: &ArgMatches, id: &str) -> bool {
-    matches!(
-        matches.value_source(id),
-        Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable)
-    )
+/// `rdmad --generate WHAT`: the man page (section 8), a shell's completions, or the README's
+/// options table.
+pub fn generate(what: &str) -> Result<String> {
+    use clap_complete::Shell;
+    let mut out = Vec::new();
+    let mut cmd = command();
+    let shell = match what {
+        "man" => {
+            clap_mangen::Man::new(cmd.clone())
+                .section("8")
+                .render(&mut out)?;
+            None
+        }
+        "complete-bash" => Some(Shell::Bash),
+        "complete-zsh" => Some(Shell::Zsh),
+        "complete-fish" => Some(Shell::Fish),
+        "readme-options" => return Ok(options::readme_table()),
+        _ => anyhow::bail!("--generate: `{what}` is not one of {}", GENERATE.join(", ")),
+    };
+    if let Some(shell) = shell {
+        clap_complete::generate(shell, &mut cmd, "rdmad", &mut out);
+    }
+    Ok(String::from_utf8(out)?)
 }
 
 /// Resolve flags, environment and the config file into [`Settings`].
 pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
-    let flags = Flags::from_arg_matches(matches).context("reading flags")?;
-    let file = match &flags.config {
+    let config_path = match matches.get_one::<options::Value>("config") {
+        Some(options::Value::Path(p)) => Some(p.clone()),
+        _ => None,
+    };
+    let file = match &config_path {
         Some(path) => config::load(path)?,
         None => FileConfig::default(),
     };
-    let pick = |id: &str, flag: &Option<String>, file: &Option<String>| {
-        if explicit(matches, id) {
-            flag.clone()
-        } else {
-            file.clone().or_else(|| flag.clone())
-        }
-    };
-    let listen_address = if explicit(matches, "listen_address") {
-        flags.listen_address.clone()
-    } else {
-        file.listen_address
-            .clone()
-            .unwrap_or(flags.listen_address.clone())
-    };
-    let max_requests = if explicit(matches, "max_requests") {
-        flags.max_requests as usize
-    } else {
-        file.max_requests.unwrap_or(flags.max_requests as usize)
-    };
-    let web_config_file = if explicit(matches, "web_config_file") {
-        flags.web_config_file.clone().map(PathBuf::from)
-    } else {
-        file.web_config_file.clone()
-    }
-    .filter(|p| !p.as_os_str().is_empty());
-    let disable_compression = if explicit(matches, "disable_compression") {
-        flags.disable_compression
-    } else {
-        file.disable_compression
-            .unwrap_or(flags.disable_compression)
-    };
-    let gzip_level = if explicit(matches, "gzip_level") {
-        flags.gzip_level
-    } else {
-        file.gzip_level.unwrap_or(flags.gzip_level)
-    };
-    let sysfs = if explicit(matches, "sysfs") {
-        flags.sysfs.clone()
-    } else {
-        file.sysfs.clone().unwrap_or(flags.sysfs.clone())
-    };
-    let ethtool_capture = if explicit(matches, "ethtool_capture") {
-        flags.ethtool_capture.clone()
-    } else {
-        file.ethtool_capture.clone()
-    }
-    .filter(|p| !p.as_os_str().is_empty());
-    let disable_defaults = if explicit(matches, "disable_defaults") {
-        flags.disable_defaults
-    } else {
-        file.disable_defaults.unwrap_or(flags.disable_defaults)
-    };
-    let probe = resolve_probe(&flags, &file.probe)?;
+    let values = Values::resolve(matches, &file.values)?;
+    let probe = probes::settings(&values)?;
+    let disable_defaults = values.bool("collector.disable-defaults")?;
     let mut collectors = Vec::new();
     for spec in TABLE {
         let (on, off) = (enable_id(spec.name), disable_id(spec.name));
@@ -510,122 +208,26 @@ pub fn resolve(matches: &ArgMatches) -> Result<Settings> {
             collectors.push(spec.name);
         }
     }
+    let scrape_timeout_ms = values.millis("scrape.timeout")?;
     Ok(Settings {
-        listen_address,
-        max_requests,
-        web_config_file,
-        disable_compression,
-        gzip_level,
-        sysfs,
-        procfs: flags.procfs.clone(),
-        scrape_timeout: (flags.scrape_timeout_ms > 0)
-            .then(|| std::time::Duration::from_millis(flags.scrape_timeout_ms)),
-        owners: crate::collector::netlink_owners::OwnerSettings {
-            pid: flags.owners_pid,
-            max_owners: flags.owners_max_owners,
-            max_objects: flags.owners_max_objects,
-        },
-        ethtool_capture,
-        device_include: pick(
-            "device_include",
-            &flags.device_include,
-            &file.device_include,
-        )
-        .filter(|s| !s.is_empty()),
-        device_exclude: pick(
-            "device_exclude",
-            &flags.device_exclude,
-            &file.device_exclude,
-        )
-        .filter(|s| !s.is_empty()),
+        listen_address: values.text_as_given("web.listen-address")?,
+        max_requests: values.int("web.max-requests")? as usize,
+        web_config_file: values.path("web.config.file")?,
+        disable_compression: values.bool("web.disable-compression")?,
+        gzip_level: u8::try_from(values.int("web.gzip-level")?)?,
+        sysfs: values.path_as_given("path.sysfs")?,
+        procfs: values.path_as_given("path.procfs")?,
+        scrape_timeout: (scrape_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(scrape_timeout_ms)),
+        owners: OwnerSettings::from_options(&values)?,
+        ethtool_capture: values.path("path.ethtool-capture")?,
+        device_include: values.text("collector.device-include")?,
+        device_exclude: values.text("collector.device-exclude")?,
         collectors,
         probe,
-        once: flags.once,
-        print_metrics: flags.print_metrics.is_some(),
+        once: values.bool("once")?,
+        print_metrics: values.text("print-metrics")?.is_some(),
     })
-}
-
-/// The `--probe.*` settings: flag or environment, else the `[probe]` table, else the default.
-fn resolve_probe(flags: &Flags, file: &config::ProbeFile) -> Result<ProbeSettings> {
-    let default = ProbeSettings::default();
-    let mr_sizes = match &flags.probe_mr_sizes {
-        Some(sizes) => sizes
-            .iter()
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| probes::parse_size(s).map_err(|e| anyhow::anyhow!("--probe.mr-sizes: {e}")))
-            .collect::<Result<Vec<usize>>>()?,
-        None => file.mr_sizes.clone().unwrap_or(default.mr_sizes),
-    };
-    let settings = ProbeSettings {
-        enable: flags.probe_enable.or(file.enable).unwrap_or(default.enable),
-        interval_ms: flags
-            .probe_interval_ms
-            .or(file.interval_ms)
-            .unwrap_or(default.interval_ms),
-        size: flags.probe_size.or(file.size).unwrap_or(default.size),
-        iterations: flags
-            .probe_iterations
-            .or(file.iterations)
-            .unwrap_or(default.iterations),
-        devices: flags
-            .probe_devices
-            .clone()
-            .or_else(|| file.devices.clone())
-            .unwrap_or(default.devices)
-            .into_iter()
-            .filter(|d| !d.trim().is_empty())
-            .collect(),
-        mr_sizes,
-        listen: flags.probe_listen.or(file.listen),
-        peers: flags
-            .probe_peers
-            .clone()
-            .or_else(|| file.peers.clone())
-            .unwrap_or(default.peers)
-            .into_iter()
-            .filter(|p| !p.trim().is_empty())
-            .collect(),
-        transport: flags
-            .probe_transport
-            .or(file.transport)
-            .unwrap_or(default.transport),
-        secret_file: flags
-            .probe_secret_file
-            .clone()
-            .or_else(|| file.secret_file.clone()),
-        peers_dns: flags
-            .probe_peers_dns
-            .clone()
-            .or_else(|| file.peers_dns.clone())
-            .filter(|n| !n.trim().is_empty()),
-        peers_file: flags
-            .probe_peers_file
-            .clone()
-            .or_else(|| file.peers_file.clone()),
-        mesh_max: flags
-            .probe_mesh_max
-            .map(|n| n as usize)
-            .or(file.mesh_max)
-            .unwrap_or(default.mesh_max),
-        rack: flags
-            .probe_rack
-            .clone()
-            .or_else(|| file.rack.clone())
-            .filter(|r| !r.is_empty()),
-        peer_histograms: flags
-            .probe_peer_histograms
-            .or(file.peer_histograms)
-            .unwrap_or(default.peer_histograms),
-    };
-    let has_peers =
-        !settings.peers.is_empty() || settings.peers_dns.is_some() || settings.peers_file.is_some();
-    if settings.enable && (settings.listen.is_some() || has_peers) && settings.secret_file.is_none()
-    {
-        anyhow::bail!(
-            "--probe.listen, --probe.peer, --probe.peers-dns and --probe.peers-file need --probe.secret-file"
-        );
-    }
-    Ok(settings)
 }
 
 /// Parse `args` (including the program name) into settings; for tests and `main`.

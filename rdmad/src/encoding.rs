@@ -65,25 +65,12 @@ pub fn negotiate(
     let Some(header) = accept_encoding else {
         return Ok(Coding::Identity);
     };
-    // Weights in thousandths, as RFC 9110's qvalue has at most three decimals.
     let mut named: Vec<(Coding, u16)> = Vec::new();
     let mut star: Option<u16> = None;
-    for item in header.split(',') {
-        let mut parts = item.split(';');
-        let name = parts.next().unwrap_or("").trim();
-        if name.is_empty() {
-            continue;
-        }
-        let mut q = Some(1000);
-        for param in parts {
-            if let Some((key, value)) = param.split_once('=') {
-                if key.trim().eq_ignore_ascii_case("q") {
-                    q = qvalue(value.trim());
-                }
-            }
-        }
+    for item in weighted_items(header) {
+        let name = item.name;
         // A malformed weight makes the item unusable, not the header.
-        let Some(q) = q else { continue };
+        let Some(q) = item.q else { continue };
         let coding = if name == "*" {
             star = Some(q);
             continue;
@@ -123,6 +110,43 @@ pub fn negotiate(
 }
 
 /// A qvalue (`0`, `0.5`, `1.000`) in thousandths; `None` when malformed.
+/// One item of a comma-separated HTTP header weighted by `q` (`Accept`, `Accept-Encoding`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Weighted<'a> {
+    /// The media range or coding, as sent (trimmed).
+    pub name: &'a str,
+    /// Its other parameters (`version=1.0.0`), quotes removed.
+    pub params: Vec<(&'a str, &'a str)>,
+    /// Its weight in thousandths (1000 when absent; RFC 9110's qvalue has at most three
+    /// decimals); `None` when malformed.
+    pub q: Option<u16>,
+}
+
+/// The items of an `Accept` or `Accept-Encoding` header, empty ones skipped: the one parser
+/// of both headers' weights.
+pub fn weighted_items(header: &str) -> impl Iterator<Item = Weighted<'_>> {
+    header.split(',').filter_map(|item| {
+        let mut parts = item.split(';').map(str::trim);
+        let name = parts.next().unwrap_or("");
+        if name.is_empty() {
+            return None;
+        }
+        let mut q = Some(1000);
+        let mut params = Vec::new();
+        for param in parts {
+            if let Some((key, value)) = param.split_once('=') {
+                let (key, value) = (key.trim(), value.trim());
+                if key.eq_ignore_ascii_case("q") {
+                    q = qvalue(value);
+                } else {
+                    params.push((key, value.trim_matches('"')));
+                }
+            }
+        }
+        Some(Weighted { name, params, q })
+    })
+}
+
 fn qvalue(text: &str) -> Option<u16> {
     let (int, frac) = text.split_once('.').unwrap_or((text, ""));
     if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
@@ -165,6 +189,34 @@ mod tests {
     use super::*;
 
     const BOTH: &[Coding] = &[Coding::Zstd, Coding::Gzip];
+
+    #[test]
+    fn weighted_items_of_both_headers() {
+        let items: Vec<Weighted> = weighted_items(
+            "application/openmetrics-text; version=\"1.0.0\"; q=0.9, , text/plain;q=2, gzip",
+        )
+        .collect();
+        assert_eq!(
+            items,
+            vec![
+                Weighted {
+                    name: "application/openmetrics-text",
+                    params: vec![("version", "1.0.0")],
+                    q: Some(900)
+                },
+                Weighted {
+                    name: "text/plain",
+                    params: vec![],
+                    q: None
+                },
+                Weighted {
+                    name: "gzip",
+                    params: vec![],
+                    q: Some(1000)
+                },
+            ]
+        );
+    }
 
     #[test]
     fn weights_decide_and_refusals_are_kept() {

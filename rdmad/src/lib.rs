@@ -20,5 +20,6 @@ pub mod help;
 pub mod inventory;
 pub mod metrics;
 pub mod names;
+pub mod options;
 pub mod server;
 pub mod webconfig;

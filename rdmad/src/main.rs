@@ -22,7 +22,25 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
-    let settings = match cli::parse_from(std::env::args_os()) {
+    let settings = match cli::command().try_get_matches_from(std::env::args_os()) {
+        // `--generate man|complete-*|readme-options` (hidden): no settings needed.
+        Ok(matches) if matches.contains_id("generate") => {
+            let what = matches
+                .get_one::<String>("generate")
+                .cloned()
+                .unwrap_or_default();
+            return match cli::generate(&what) {
+                Ok(text) => write_stdout(&text),
+                Err(e) => {
+                    eprintln!("rdmad: {e:#}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        Ok(matches) => cli::resolve(&matches).map_err(ParseFailure::Invalid),
+        Err(e) => Err(ParseFailure::Usage(e)),
+    };
+    let settings = match settings {
         Ok(settings) => settings,
         Err(ParseFailure::Usage(e)) => {
             let code = e.exit_code();
@@ -36,17 +54,7 @@ fn main() -> ExitCode {
     };
     if settings.print_metrics {
         return match rdmad::inventory::json() {
-            Ok(text) => {
-                use std::io::Write;
-                match std::io::stdout().lock().write_all(text.as_bytes()) {
-                    // A reader that stopped early (`| head`) is not a failure.
-                    Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                        eprintln!("rdmad: writing to stdout: {e}");
-                        ExitCode::from(1)
-                    }
-                    _ => ExitCode::SUCCESS,
-                }
-            }
+            Ok(text) => write_stdout(&text),
             Err(e) => {
                 eprintln!("rdmad: {e:#}");
                 ExitCode::from(1)
@@ -59,5 +67,17 @@ fn main() -> ExitCode {
             eprintln!("rdmad: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// Print `text`; a reader that stopped early (`| head`) is not a failure.
+fn write_stdout(text: &str) -> ExitCode {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("rdmad: writing to stdout: {e}");
+            ExitCode::from(1)
+        }
+        _ => ExitCode::SUCCESS,
     }
 }

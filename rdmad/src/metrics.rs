@@ -745,26 +745,19 @@ pub fn negotiate(accept: Option<&str>) -> Format {
     let Some(accept) = accept else {
         return Format::Text;
     };
-    let mut best_openmetrics: f32 = 0.0;
-    let mut best_text: f32 = 0.0;
-    for range in accept.split(',') {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or("").to_ascii_lowercase();
-        let mut q: f32 = 1.0;
-        let mut version: Option<String> = None;
-        for param in parts {
-            if let Some((k, v)) = param.split_once('=') {
-                let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().trim_matches('"'));
-                match k.as_str() {
-                    "q" => q = v.parse().unwrap_or(0.0),
-                    "version" => version = Some(v.to_owned()),
-                    _ => {}
-                }
-            }
-        }
-        match media.as_str() {
+    // Weights in thousandths; a malformed one counts as 0.
+    let mut best_openmetrics: u16 = 0;
+    let mut best_text: u16 = 0;
+    for item in crate::encoding::weighted_items(accept) {
+        let q = item.q.unwrap_or(0);
+        let version = item
+            .params
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("version"))
+            .map(|(_, v)| *v);
+        match item.name.to_ascii_lowercase().as_str() {
             "application/openmetrics-text"
-                if matches!(version.as_deref(), None | Some("1.0.0") | Some("0.0.1")) =>
+                if matches!(version, None | Some("1.0.0") | Some("0.0.1")) =>
             {
                 best_openmetrics = best_openmetrics.max(q);
             }
@@ -772,7 +765,7 @@ pub fn negotiate(accept: Option<&str>) -> Format {
             _ => {}
         }
     }
-    if best_openmetrics > 0.0 && best_openmetrics >= best_text {
+    if best_openmetrics > 0 && best_openmetrics >= best_text {
         Format::OpenMetrics
     } else {
         Format::Text

@@ -451,7 +451,7 @@ fn example_config_loads_and_runs() {
     let example = workspace().join("deploy/rdmad.toml");
     let config = rdmad::config::load(&example).expect("deploy/rdmad.toml is valid");
     assert!(
-        config.listen_address.is_some(),
+        config.get("web.listen-address").is_some(),
         "the example sets the listen address"
     );
     let root = workspace().join("tests/fixtures/sysfs/mlx5-roce");

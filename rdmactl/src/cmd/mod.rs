@@ -7,6 +7,7 @@ pub mod exercise;
 #[cfg(feature = "verbs")]
 pub mod experiment;
 pub mod explain;
+pub mod generate;
 pub mod lab;
 pub mod lesson;
 pub mod mesh;

@@ -402,6 +402,9 @@ pub struct CollectorSpec {
     /// Families named at run time after what the kernel reports and the catalog does not
     /// describe, as patterns (`rdma_port_hw_<file>_total`).
     pub patterns: &'static [&'static str],
+    /// Its own options (`--collector.<name>.*`, ...), declared beside it: they follow the
+    /// general ones in `--help`, the config file and the README (see [`crate::options`]).
+    pub options: &'static [crate::options::Opt],
     /// Build it from the resolved configuration.
     pub build: fn(&CollectorConfig) -> Box<dyn Collector>,
 }

@@ -49,6 +49,7 @@ use rdmakit::sysfs::ReadOptions;
 
 use super::{Collector, CollectorConfig, CollectorSpec, Shared, SysfsSource};
 use crate::metrics::{Declared, MetricSet, Value};
+use crate::options::{opt, Kind, Opt};
 use crate::{help, names};
 
 /// The most generic statistics exported per netdev (mlx5 with many channels has thousands
@@ -95,8 +96,20 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     ],
     catalog_counters: &[Location::Netdev],
     patterns: &[],
+    options: OPTIONS,
     build,
 };
+
+/// Its option: replaying an ethtool capture.
+const OPTIONS: &[Opt] = &[opt(
+    "path.ethtool-capture",
+    Kind::Path,
+    "DIR",
+    "Read the netdev collector's ethtool answers from this directory (one subdirectory per \
+     netdev with the raw ioctl buffers, as captured by rdmakit's KernelEthtool::capture) \
+     instead of asking the kernel: for fixtures and for replaying a capture from another \
+     machine together with its --path.sysfs tree.",
+)];
 
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
     let source: Box<dyn EthtoolSource> = match &config.ethtool_capture {

@@ -43,6 +43,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     metrics: &[OPTIONAL_ENABLED],
     catalog_counters: &[Location::PortHwCounters],
     patterns: &["rdma_port_hw_<counter>_total"],
+    options: &[],
     build,
 };
 

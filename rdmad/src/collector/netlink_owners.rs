@@ -30,6 +30,7 @@ use rdmakit::sysfs::DeviceFilter;
 
 use super::{Collector, CollectorConfig, CollectorSpec, Shared};
 use crate::metrics::{Declared, MetricSet, Value};
+use crate::options::{opt, Kind, Opt, Values};
 
 const OBJECTS: Declared = Declared::gauge(
     "rdma_owner_objects",
@@ -60,8 +61,42 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     metrics: &[OBJECTS, QPS, MR_BYTES, FOLDED, UNREAD],
     catalog_counters: &[],
     patterns: &[],
+    options: OPTIONS,
     build,
 };
+
+/// Its options (defaults: [`OwnerSettings::default`], which a test compares).
+const OPTIONS: &[Opt] = &[
+    opt(
+        "collector.netlink_owners.pid",
+        Kind::Bool,
+        "BOOL",
+        "Add a pid label to the netlink_owners series (every new process is a new series).",
+    )
+    .default("false"),
+    opt(
+        "collector.netlink_owners.max-owners",
+        Kind::Int {
+            min: 0,
+            max: u64::MAX,
+        },
+        "N",
+        "Owners exported per scrape by netlink_owners; the ones holding fewer objects fold \
+         into comm=\"other\" (counted by rdma_owners_folded).",
+    )
+    .default("256"),
+    opt(
+        "collector.netlink_owners.max-objects",
+        Kind::Int {
+            min: 1,
+            max: u64::MAX,
+        },
+        "N",
+        "Objects netlink_owners reads per dump (one device, one type); the rest are counted \
+         by rdma_owner_objects_unread.",
+    )
+    .default("100000"),
+];
 
 /// `--collector.netlink_owners.*`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +121,18 @@ impl Default for OwnerSettings {
             max_owners: DEFAULT_MAX_OWNERS,
             max_objects: DEFAULT_MAX_OBJECTS,
         }
+    }
+}
+
+impl OwnerSettings {
+    /// From the resolved options.
+    pub fn from_options(values: &Values) -> anyhow::Result<OwnerSettings> {
+        Ok(OwnerSettings {
+            pid: values.bool("collector.netlink_owners.pid")?,
+            max_owners: usize::try_from(values.int("collector.netlink_owners.max-owners")?)
+                .unwrap_or(usize::MAX),
+            max_objects: values.int("collector.netlink_owners.max-objects")?,
+        })
     }
 }
 

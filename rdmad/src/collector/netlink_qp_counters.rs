@@ -56,6 +56,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     metrics: &[QP_COUNTER_BOUND_QPS, QP_COUNTER_MODE],
     catalog_counters: &[],
     patterns: &["rdma_qp_<counter>_total"],
+    options: &[],
     build,
 };
 

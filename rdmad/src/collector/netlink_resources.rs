@@ -28,6 +28,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     metrics: &[RESOURCES],
     catalog_counters: &[],
     patterns: &[],
+    options: &[],
     build,
 };
 

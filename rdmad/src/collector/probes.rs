@@ -75,6 +75,7 @@
 //! address, so none can reach a label.
 
 use super::{Collector, CollectorConfig, CollectorSpec};
+use crate::options::{opt, Kind, Opt, Values};
 use rdma_probe::{ProbeSnapshot, TargetResult};
 
 use crate::metrics::{Declared, Labels, MetricSet, Value};
@@ -202,8 +203,157 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     ],
     catalog_counters: &[],
     patterns: &[],
+    options: OPTIONS,
     build,
 };
+
+/// The `--probe.*` options.
+const OPTIONS: &[Opt] = &[
+    opt(
+        "probe.enable",
+        Kind::Bool,
+        "BOOL",
+        "Run the active probe engine (needs a build with the `verbs` feature) and enable the \
+         probes collector.",
+    )
+    .default("false"),
+    opt(
+        "probe.interval",
+        Kind::Duration { zero: false },
+        "DURATION",
+        "Time between probe rounds: seconds, or with a unit (500ms, 10s, 1m).",
+    )
+    .default("10s"),
+    opt(
+        "probe.size",
+        Kind::Size,
+        "BYTES",
+        "Probe message size, bytes (or 1K, ...).",
+    )
+    .default("64"),
+    opt(
+        "probe.iterations",
+        Kind::Int {
+            min: 1,
+            max: u64::MAX,
+        },
+        "N",
+        "Timed exchanges per operation per round.",
+    )
+    .default("100"),
+    opt(
+        "probe.devices",
+        Kind::List,
+        "DEVICES",
+        "Devices to probe in loopback, comma-separated (default: every device with an active \
+         port).",
+    ),
+    opt(
+        "probe.mr-sizes",
+        Kind::SizeList,
+        "SIZES",
+        "MR sizes whose registration is timed, comma-separated (4K, 1M, ...; \"\" for none).",
+    )
+    .default("4K,64K,1M,16M,64M"),
+    opt(
+        "probe.listen",
+        Kind::Addr,
+        "ADDR",
+        "Accept peer probes here: HOST:PORT or :PORT (needs --probe.secret-file).",
+    ),
+    opt(
+        "probe.peer",
+        Kind::List,
+        "HOST:PORT",
+        "A peer to probe, HOST:PORT of its --probe.listen; repeatable (comma-separated in the \
+         environment; needs --probe.secret-file).",
+    )
+    .repeat(),
+    opt(
+        "probe.transport",
+        Kind::Choice(&["ud", "rc"]),
+        "ud|rc",
+        "How peers are probed: ud (echo requests on one UD QP per local device, whatever the \
+         number of peers) or rc (one-sided RDMA READ on an RC QP per peer).",
+    )
+    .default("ud"),
+    opt(
+        "probe.peers-dns",
+        Kind::Text,
+        "NAME",
+        "Discover peers in DNS: every A/AAAA record of NAME (a headless Service), ports from \
+         the SRV records _rdmad-probe._tcp.NAME (else this host's --probe.listen port); asked \
+         again every interval.",
+    ),
+    opt(
+        "probe.peers-file",
+        Kind::Path,
+        "FILE",
+        "Discover peers from a Prometheus file_sd-style JSON (.json) or YAML file: targets \
+         HOST:PORT with labels such as rack and zone; re-read when it changes.",
+    ),
+    opt(
+        "probe.mesh-max",
+        Kind::Int { min: 1, max: 65536 },
+        "N",
+        "Probe every peer every round up to this many peers; above it, the host's rack and a \
+         rotating sample of the others, at most this many per round.",
+    )
+    .default("64"),
+    opt(
+        "probe.rack",
+        Kind::Text,
+        "RACK",
+        "This host's rack label for the pinglist (default: its own entry's rack in \
+         --probe.peers-file).",
+    ),
+    opt(
+        "probe.peer-histograms",
+        Kind::Bool,
+        "BOOL",
+        "Export a latency histogram, every summary stat, runs and failures per peer (false: \
+         the 6 default series per peer: sent, lost by direction, typical and p99, status).",
+    )
+    .default("false"),
+    opt(
+        "probe.secret-file",
+        Kind::Path,
+        "FILE",
+        "File holding the shared secret of the peer handshake (never logged).",
+    ),
+];
+
+/// The `--probe.*` settings from the resolved options.
+pub fn settings(values: &Values) -> anyhow::Result<ProbeSettings> {
+    let transport = values.text("probe.transport")?.unwrap_or_default();
+    let settings = ProbeSettings {
+        enable: values.bool("probe.enable")?,
+        interval_ms: values.millis("probe.interval")?,
+        size: values.size("probe.size")?,
+        iterations: values.int("probe.iterations")?,
+        devices: values.list("probe.devices")?,
+        mr_sizes: values.sizes("probe.mr-sizes")?,
+        listen: values.addr("probe.listen")?,
+        peers: values.list("probe.peer")?,
+        transport: parse_transport(&transport)
+            .map_err(|e| anyhow::anyhow!("--probe.transport: {e}"))?,
+        secret_file: values.path("probe.secret-file")?,
+        peers_dns: values.text("probe.peers-dns")?,
+        peers_file: values.path("probe.peers-file")?,
+        mesh_max: values.int("probe.mesh-max")? as usize,
+        rack: values.text("probe.rack")?,
+        peer_histograms: values.bool("probe.peer-histograms")?,
+    };
+    let has_peers =
+        !settings.peers.is_empty() || settings.peers_dns.is_some() || settings.peers_file.is_some();
+    if settings.enable && (settings.listen.is_some() || has_peers) && settings.secret_file.is_none()
+    {
+        anyhow::bail!(
+            "--probe.listen, --probe.peer, --probe.peers-dns and --probe.peers-file need --probe.secret-file"
+        );
+    }
+    Ok(settings)
+}
 
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
     Box::new(Probes {
@@ -308,61 +458,8 @@ impl Default for ProbeSettings {
     }
 }
 
-/// `--probe.interval`: seconds (`1`, `0.5`), or with a unit (`500ms`, `10s`, `1m`); in ms.
-pub fn parse_interval(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (number, scale) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1000.0)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60_000.0)
-    } else {
-        (t, 1000.0)
-    };
-    let ms = number
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .map(|v| v * scale)
-        .filter(|ms| ms.is_finite() && *ms >= 1.0 && *ms <= 86_400_000.0)
-        .ok_or_else(|| format!("`{text}` is not an interval (1ms to 24h: `1`, `500ms`, `10s`)"))?;
-    Ok(ms.round() as u64)
-}
-
-/// A size in bytes: `4096`, or with a binary unit (`4K`, `64M`, `1G`, `KiB`/`MiB`/`GiB`).
-pub fn parse_size(text: &str) -> Result<usize, String> {
-    let t = text.trim();
-    let upper = t.to_ascii_uppercase();
-    let (number, shift) = [
-        ("KIB", 10),
-        ("MIB", 20),
-        ("GIB", 30),
-        ("K", 10),
-        ("M", 20),
-        ("G", 30),
-    ]
-    .iter()
-    .find_map(|(suffix, shift)| upper.strip_suffix(suffix).map(|n| (n.to_owned(), *shift)))
-    .unwrap_or((upper.clone(), 0));
-    number
-        .trim()
-        .parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(1usize << shift))
-        .filter(|n| *n > 0)
-        .ok_or_else(|| format!("`{text}` is not a size in bytes (`4096`, `64K`, `1M`)"))
-}
-
-/// `--probe.listen`: `HOST:PORT`, or `:PORT` for every interface.
-pub fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
-    let full = match text.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => text.to_owned(),
-    };
-    full.parse()
-        .map_err(|_| format!("`{text}` is not an address (`HOST:PORT` or `:PORT`)"))
-}
+/// The value grammars of the `--probe.*` options (declared in [`crate::options`]).
+pub use crate::options::{parse_interval, parse_listen, parse_size};
 
 /// The running engine (kept alive by the exporter; dropping it stops the probes).
 #[derive(Default)]

@@ -45,6 +45,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     metrics: &[CURRENT, MAX, AT_LIMIT],
     catalog_counters: &[],
     patterns: &[],
+    options: &[],
     build,
 };
 

@@ -45,6 +45,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
         "rdma_port_hw_<file>_total",
         "rdma_device_hw_<file>_total",
     ],
+    options: &[],
     build,
 };
 

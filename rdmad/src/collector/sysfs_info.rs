@@ -97,6 +97,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     ],
     catalog_counters: &[],
     patterns: &[],
+    options: &[],
     build,
 };
 

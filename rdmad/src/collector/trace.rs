@@ -73,6 +73,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     metrics: &[EVENTS, QP_TRANSITIONS, CALL_ERRORS, ASYNC_EVENTS, EVENTS_DROPPED, MR_REG_LATENCY_SECONDS, MR_REG_SIZE_BYTES],
     catalog_counters: &[],
     patterns: &[],
+    options: &[],
     build,
 };
 
