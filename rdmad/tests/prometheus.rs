@@ -1,8 +1,6 @@
 //! A real Prometheus scraping rdmad over a fixture tree (fails, does not skip, when `CI` is
 //! set and Prometheus is missing).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,20 +17,19 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// GET a body from 127.0.0.1:port.
+/// GET a body from 127.0.0.1:port (whatever the status; no proxy from the environment).
 fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(10)))
+        .http_status_as_error(false)
+        .proxy(None)
+        .build()
+        .into();
+    let mut response = agent
+        .get(format!("http://127.0.0.1:{port}{path}"))
+        .call()
         .ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    Some(response.split_once("\r\n\r\n")?.1.to_string())
+    response.body_mut().read_to_string().ok()
 }
 
 /// The value of the first result of a Prometheus instant query, as Prometheus prints it.
@@ -45,7 +42,7 @@ fn query(prometheus: u16, expr: &str) -> Option<String> {
         })
         .collect();
     let body = http_get(prometheus, &format!("/api/v1/query?query={encoded}"))?;
-    // The body may be chunked; the value is the string after the timestamp in "value":[t,"v"].
+    // The value is the string after the timestamp in "value":[t,"v"].
     let value = body.split("\"value\":[").nth(1)?;
     let value = value.split(',').nth(1)?;
     Some(value.split('"').nth(1)?.to_string())
