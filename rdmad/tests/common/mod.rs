@@ -1,10 +1,12 @@
-//! Helpers shared by rdmad's integration tests (`tests/e2e.rs`, `tests/web_config.rs`).
+//! Helpers shared by rdmad's integration tests (`tests/e2e.rs`, `tests/flags.rs`,
+//! `tests/http.rs`, `tests/deploy.rs`, `tests/prometheus.rs`, `tests/web_config.rs`).
 // Each test file compiles this module on its own and uses a part of it.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Instant;
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
@@ -75,4 +77,94 @@ pub fn spawn_listening(cmd: &mut Command) -> (Child, String) {
     };
     std::thread::spawn(move || for _ in lines {});
     (child, address)
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("rdmad runs")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("utf-8 exposition")
+}
+
+/// Replace the label `name`'s value in a sample line with `with`.
+pub fn replace_label(line: &str, name: &str, with: &str) -> String {
+    let key = format!("{name}=\"");
+    match line.find(&key) {
+        Some(start) => {
+            let value = start + key.len();
+            let end = value + line[value..].find('"').expect("a closing quote");
+            format!("{}{with}{}", &line[..value], &line[end..])
+        }
+        None => line.to_string(),
+    }
+}
+
+/// Replace the values that change from run to run (collector durations) with 0, and those
+/// that change from build to build (revision, features) with placeholders.
+pub fn normalize(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.starts_with("rdma_exporter_build_info{") {
+            let line = replace_label(line, "revision", "@REVISION@");
+            out.push_str(&replace_label(&line, "features", "@FEATURES@"));
+        } else if line.starts_with("rdma_scrape_collector_duration_seconds{") {
+            let (series, _) = line.rsplit_once(' ').expect("a sample line has a value");
+            out.push_str(series);
+            out.push_str(" 0");
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+pub fn once(root: &Path, extra: &[&str]) -> String {
+    let out = run(rdmad()
+        .arg("--once")
+        .arg("--path.sysfs")
+        .arg(root)
+        .args(extra));
+    assert!(
+        out.status.success(),
+        "rdmad --once failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(&out)
+}
+
+/// The goldens cover the collectors that read the fixture trees; netlink would read the host.
+pub const SYSFS_ONLY: &[&str] = &[
+    "--collector.disable-defaults",
+    "--collector.sysfs_info",
+    "--collector.sysfs_counters",
+];
+
+/// A Prometheus tool from PATH (CI installs the Debian package `prometheus`, which ships
+/// both); see [`tool_on_path`].
+pub fn prometheus_tool(name: &str, test: &str) -> Option<PathBuf> {
+    tool_on_path(name, "prometheus", test)
+}
+
+/// A fresh directory under the system temp dir.
+pub fn tempdir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "rdmad-e2e-{tag}-{}-{:?}",
+        std::process::id(),
+        Instant::now()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Kills a child process on drop.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

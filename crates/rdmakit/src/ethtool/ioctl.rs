@@ -15,6 +15,7 @@
 //!
 //! Nothing here interprets the bytes: the callers get them raw, exactly as the kernel wrote
 //! them, so the same parser reads live answers and captured fixtures.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
