@@ -94,6 +94,8 @@ fn source_of(location: Location) -> Option<CounterSource> {
         Location::PortCounters => Some(CounterSource::Pma),
         Location::PortHwCounters => Some(CounterSource::Hw),
         Location::DeviceHwCounters => Some(CounterSource::DeviceHw),
+        // Optional counters: only the netlink collector reads them, under the hw names.
+        Location::PortNetlink => Some(CounterSource::Hw),
         // Not sysfs files: the netdev collector's curated families, named below.
         Location::PortCm | Location::Netdev => None,
     }
@@ -142,7 +144,17 @@ pub fn inventory(catalog: &Catalog) -> Inventory {
         for d in spec.metrics {
             add(d.name, d.kind, d.help.to_owned(), spec.name);
         }
-        for info in catalog.counters() {
+        // A port counter that also exists at the device level is exported under both names.
+        let device_copies: Vec<rdmakit::catalog::CounterInfo> = catalog
+            .counters()
+            .iter()
+            .filter(|c| c.also_device && c.location == Location::PortHwCounters)
+            .map(|c| rdmakit::catalog::CounterInfo {
+                location: Location::DeviceHwCounters,
+                ..c.clone()
+            })
+            .collect();
+        for info in catalog.counters().iter().chain(device_copies.iter()) {
             if !spec.catalog_counters.contains(&info.location) {
                 continue;
             }

@@ -137,6 +137,9 @@ pub fn qp_counter_metric(name: &str, value: u64) -> Option<CounterMetric> {
 /// A sysfs file name as a metric name fragment: snake_case, `[a-z0-9_]` only, no leading,
 /// trailing or doubled `_`, no trailing `_total`.
 pub fn sanitize(raw: &str) -> String {
+    // hfi1's ",32" says the counter is 32 bits wide; it is not part of the counter's name, so
+    // "SwLinkUp,32" and a later kernel's "SwLinkUp" (if it ever widens) give one metric.
+    let raw = rdmakit::catalog::strip_width_suffix(raw);
     let chars: Vec<char> = raw.chars().collect();
     let mut out = String::with_capacity(raw.len() + 4);
     for (i, &c) in chars.iter().enumerate() {
@@ -190,6 +193,10 @@ mod tests {
             ("ip4InSegs", "ip4_in_segs"),
             ("DcRecvErr", "dc_recv_err"),
             ("LinkDn", "link_dn"),
+            ("SwLinkUp,32", "sw_link_up"),
+            ("RNR sent", "rnr_sent"),
+            ("Nak Sequence Error Implied", "nak_sequence_error_implied"),
+            ("Tx Egress Reserved 10", "tx_egress_reserved_10"),
             ("TxPioMallocErr", "tx_pio_malloc_err"),
             ("rx-bytes.err", "rx_bytes_err"),
             ("__odd__name__", "odd_name"),

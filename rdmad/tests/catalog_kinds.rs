@@ -55,6 +55,8 @@ fn write_tree(root: &Path, catalog: &Catalog) -> Vec<Entry> {
             Location::PortHwCounters => "ports/1/hw_counters",
             Location::DeviceHwCounters => "hw_counters",
             Location::PortCm => continue, // ib_cm: not read by rdmad
+            // Optional counters: never sysfs files; the netlink collector's tests cover them.
+            Location::PortNetlink => continue,
             // Not sysfs: the netdev collector's own tests and goldens cover these.
             Location::Netdev => continue,
         };

@@ -67,6 +67,7 @@ fn rxe_describes_exactly_the_counters_rxe_exposes() {
         "lifespan",
         "link_downed",
         "out_of_seq_request",
+        "rcvd_bytes",
         "rcvd_pkts",
         "rcvd_rnr_err",
         "rcvd_seq_err",
@@ -76,6 +77,7 @@ fn rxe_describes_exactly_the_counters_rxe_exposes() {
         "retry_rnr_exceeded_err",
         "send_err",
         "send_rnr_err",
+        "sent_bytes",
         "sent_pkts",
     ];
     want.sort();

@@ -7,7 +7,7 @@
 //! its current value on every device/port is shown too (read from `--path.sysfs`).
 
 use crate::exit;
-use rdmakit::catalog::{Catalog, CounterInfo, Kind, Lookup, Overflow};
+use rdmakit::catalog::{Catalog, CounterInfo, Kind, Location, Lookup, Overflow};
 use rdmakit::doctor::family_of;
 use rdmakit::sysfs::SysfsReader;
 use rdmakit::Snapshot;
@@ -29,7 +29,8 @@ pub struct Args {
     /// The counter's file name in sysfs (e.g. out_of_buffer, symbol_error, rcvd_pkts).
     #[arg(required_unless_present = "all", conflicts_with = "all")]
     pub name: Option<String>,
-    /// Only this driver family (mlx5, rxe, ib_pma, irdma, bnxt_re, efa, hfi1, cxgb4, ib_cm) or a
+    /// Only this driver family (mlx5, mlx4, rxe, ib_pma, irdma, bnxt_re, efa, hfi1, cxgb4, hns,
+    /// erdma, mana, ionic, ib_cm) or a
     /// device name that starts with one (mlx5_0, rxe0).
     #[arg(long, short = 'd')]
     pub driver: Option<String>,
@@ -121,10 +122,7 @@ fn explain(
         writeln!(out)?;
     } else if matches.is_empty() {
         // The verdict goes to stderr so scripts reading stdout see nothing half-useful.
-        let mut message = format!("{name} is not in the catalog");
-        if !suggestions.is_empty() {
-            message.push_str(&format!("; did you mean: {}?", suggestions.join(", ")));
-        }
+        let message = not_found_message(catalog, name, driver, &suggestions);
         eprintln!("rdmactl: {message}");
     } else {
         if from_other_families {
@@ -147,6 +145,45 @@ fn explain(
     } else {
         exit::OK
     }))
+}
+
+/// What `explain` says on stderr about a name the catalog does not have.
+fn not_found_message(
+    catalog: &Catalog,
+    name: &str,
+    driver: Option<&str>,
+    suggestions: &[&str],
+) -> String {
+    let mut message = format!("{name} is not in the catalog");
+    if let Some(family) = firmware_family(catalog, driver) {
+        message.push_str(&format!(
+            "; {family} takes its counter names from the device firmware at run time, \
+             so the catalog cannot list them ({})",
+            family_description(catalog, family)
+        ));
+    }
+    if !suggestions.is_empty() {
+        message.push_str(&format!("; did you mean: {}?", suggestions.join(", ")));
+    }
+    message
+}
+
+/// The family of `driver` when that family's names come from firmware (ionic).
+fn firmware_family<'a>(catalog: &'a Catalog, driver: Option<&str>) -> Option<&'a str> {
+    let family = catalog.family_for(driver?)?;
+    catalog
+        .family_infos()
+        .iter()
+        .find(|f| f.name == family && f.names_from_firmware)
+        .map(|f| f.name.as_str())
+}
+
+fn family_description<'a>(catalog: &'a Catalog, family: &str) -> &'a str {
+    catalog
+        .family_infos()
+        .iter()
+        .find(|f| f.name == family)
+        .map_or("", |f| f.description.as_str())
 }
 
 /// The value of this counter on this host, one entry per (device, port) that has it: a
@@ -190,7 +227,25 @@ fn describe(
     writeln!(out)?;
     writeln!(out, "  unit:   {}", unit_text(info))?;
     writeln!(out, "  type:   {}", type_text(info))?;
-    writeln!(out, "  where:  {}{}", info.location.path_hint(), info.name)?;
+    if info.location == Location::PortNetlink {
+        writeln!(
+            out,
+            "  where:  {} ({})",
+            info.location.path_hint(),
+            info.name
+        )?;
+    } else {
+        writeln!(out, "  where:  {}{}", info.location.path_hint(), info.name)?;
+    }
+    if !info.kernels.is_empty() {
+        writeln!(out, "  kernels: {}", info.kernels.join(", "))?;
+    }
+    if let Some(old) = &info.renamed_from {
+        writeln!(out, "  renamed from: {old} (older kernels)")?;
+    }
+    if let Some(new) = &info.renamed_to {
+        writeln!(out, "  renamed to:   {new} (newer kernels)")?;
+    }
     list_section(out, "Likely causes", &info.causes)?;
     list_section(out, "What to check next", &info.next_steps)?;
     if info.experiment.is_some() || info.lesson.is_some() {
@@ -381,6 +436,43 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
         }
+    }
+
+    #[test]
+    fn hfi1_width_suffix_is_found_with_and_without_it() {
+        for asked in ["SwLinkUp,32", "SwLinkUp"] {
+            let (text, code) = text_of(asked, Some("hfi1"));
+            assert_eq!(code, ExitCode::from(exit::OK), "{asked}");
+            assert!(text.starts_with("hfi1/SwLinkUp,32  ["), "{asked}: {text}");
+            assert!(text.contains("ports/<n>/hw_counters/SwLinkUp,32"), "{text}");
+        }
+        let (text, code) = text_of("SwLinkUp", None);
+        assert_eq!(code, ExitCode::from(exit::OK));
+        assert!(text.contains("hfi1/SwLinkUp,32"), "{text}");
+    }
+
+    #[test]
+    fn names_with_spaces_renames_and_kernels_are_shown() {
+        let (text, code) = text_of("RNR sent", Some("irdma"));
+        assert_eq!(code, ExitCode::from(exit::OK));
+        assert!(text.contains("irdma/RNR sent  ["), "{text}");
+        assert!(text.contains("kernels: 7.2"), "{text}");
+        let (text, _) = text_of("rx_atomic_req", Some("bnxt_re"));
+        assert!(text.contains("renamed to:   rx_atomic_requests"), "{text}");
+        let (text, _) = text_of("rx_atomic_requests", Some("bnxt_re"));
+        assert!(text.contains("renamed from: rx_atomic_req"), "{text}");
+        let (text, _) = text_of("cc_rx_ce_pkts", Some("mlx5"));
+        assert!(text.contains("netlink only"), "{text}");
+    }
+
+    #[test]
+    fn ionic_names_are_said_to_come_from_firmware() {
+        let (_, code) = text_of("some_fw_counter", Some("ionic0"));
+        assert_eq!(code, ExitCode::from(exit::FAILURE));
+        let message = not_found_message(catalog(), "some_fw_counter", Some("ionic0"), &[]);
+        assert!(message.contains("from the device firmware"), "{message}");
+        let message = not_found_message(catalog(), "x", Some("rxe"), &[]);
+        assert!(!message.contains("firmware"), "{message}");
     }
 
     #[test]

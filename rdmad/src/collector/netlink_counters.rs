@@ -41,7 +41,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     help: "port hw counters from RDMA netlink STAT_GET (as `rdma statistic show`) instead of sysfs hw_counters/ files; sysfs per device when netlink fails",
     default_enabled: true,
     metrics: &[OPTIONAL_ENABLED],
-    catalog_counters: &[Location::PortHwCounters],
+    catalog_counters: &[Location::PortHwCounters, Location::PortNetlink],
     patterns: &["rdma_port_hw_<counter>_total"],
     options: &[],
     build,

@@ -117,6 +117,8 @@ struct RawFile {
     #[serde(default)]
     location: Option<String>,
     #[serde(default)]
+    names_from_firmware: bool,
+    #[serde(default)]
     counter: Vec<toml::Value>,
 }
 
@@ -144,6 +146,14 @@ struct RawCounter {
     experiment: Option<String>,
     #[serde(default)]
     lesson: Option<String>,
+    #[serde(default)]
+    kernels: Vec<String>,
+    #[serde(default)]
+    renamed_from: Option<String>,
+    #[serde(default)]
+    renamed_to: Option<String>,
+    #[serde(default)]
+    also_device: bool,
 }
 
 /// Turns a serde message into the most precise kind we can name.
@@ -224,7 +234,7 @@ pub(crate) fn parse_file(
         ),
         None => None,
     };
-    if raw.counter.is_empty() {
+    if raw.counter.is_empty() && !raw.names_from_firmware {
         return Err(CatalogError::file(file, CatalogErrorKind::NoCounters));
     }
 
@@ -247,6 +257,7 @@ pub(crate) fn parse_file(
         name: raw.family,
         description: one_line(&raw.description),
         alias_prefixes: raw.alias_prefixes,
+        names_from_firmware: raw.names_from_firmware,
         file: file.to_string(),
     };
     Ok((family, out))
@@ -259,12 +270,18 @@ fn check_counter(
     raw: RawCounter,
 ) -> Result<CounterInfo, CatalogErrorKind> {
     non_empty("name", &raw.name)?;
-    if raw.name.contains(char::is_whitespace) || raw.name.contains('/') {
-        return Err(CatalogErrorKind::InvalidValue {
-            field: "name",
-            value: raw.name,
-            allowed: vec!["a sysfs file name (no spaces, no '/')".to_string()],
-        });
+    check_file_name("name", &raw.name)?;
+    for old in [&raw.renamed_from, &raw.renamed_to].into_iter().flatten() {
+        check_file_name("renamed_from/renamed_to", old)?;
+    }
+    for kernel in &raw.kernels {
+        if !is_kernel_series(kernel) {
+            return Err(CatalogErrorKind::InvalidValue {
+                field: "kernels",
+                value: kernel.clone(),
+                allowed: vec!["kernel series like \"6.12\"".to_string()],
+            });
+        }
     }
     non_empty("summary", &raw.summary)?;
     if raw.summary.contains('\n') || raw.summary.chars().count() > MAX_SUMMARY_CHARS {
@@ -338,8 +355,40 @@ fn check_counter(
         next_steps: raw.next_steps.iter().map(|s| one_line(s)).collect(),
         experiment,
         lesson,
+        kernels: raw.kernels,
+        renamed_from: raw.renamed_from,
+        renamed_to: raw.renamed_to,
+        also_device: raw.also_device,
         file: file.to_string(),
     })
+}
+
+/// A sysfs file name as drivers write them: printable, no '/', no line breaks, no leading or
+/// trailing space. Inner spaces (irdma's "RNR sent") and commas (hfi1's "SwLinkUp,32") are
+/// real file names.
+fn check_file_name(field: &'static str, name: &str) -> Result<(), CatalogErrorKind> {
+    let bad = name.contains('/')
+        || name.chars().any(|c| c.is_control())
+        || name.trim() != name
+        || name.contains("  ");
+    if bad {
+        return Err(CatalogErrorKind::InvalidValue {
+            field,
+            value: name.to_string(),
+            allowed: vec![
+                "a sysfs file name (no '/', no line breaks, single inner spaces only)".to_string(),
+            ],
+        });
+    }
+    Ok(())
+}
+
+/// "6.12", "7.2": a kernel series (major.minor).
+fn is_kernel_series(text: &str) -> bool {
+    let mut parts = text.split('.');
+    let ok =
+        |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    ok(parts.next()) && ok(parts.next()) && parts.next().is_none()
 }
 
 /// Parses every (file name, text) pair and rejects duplicate (driver, name) pairs.

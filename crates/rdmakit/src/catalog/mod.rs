@@ -1,7 +1,8 @@
 //! The counter catalog: the one place a counter is described.
 //!
 //! The data lives in the repository's top-level `catalog/` directory, one TOML file per driver
-//! family (`ib_pma`, `mlx5`, `rxe`, `irdma`, `bnxt_re`, `efa`, `hfi1`, `cxgb4`, `ib_cm`). The
+//! family (`ib_pma`, `mlx5`, `mlx4`, `rxe`, `irdma`, `bnxt_re`, `efa`, `hfi1`, `cxgb4`, `hns`,
+//! `erdma`, `mana`, `ionic`, `ib_cm`). The
 //! files are embedded at compile time, so binaries need nothing at run time
 //! ([`Catalog::embedded`]); tests and tools can load a directory instead
 //! ([`Catalog::from_dir`]). Loading validates everything and names the file and counter at
@@ -44,6 +45,11 @@ pub const EMBEDDED_FILES: &[(&str, &str)] = &[
     ("efa.toml", include_str!("../../../../catalog/efa.toml")),
     ("hfi1.toml", include_str!("../../../../catalog/hfi1.toml")),
     ("cxgb4.toml", include_str!("../../../../catalog/cxgb4.toml")),
+    ("mlx4.toml", include_str!("../../../../catalog/mlx4.toml")),
+    ("hns.toml", include_str!("../../../../catalog/hns.toml")),
+    ("erdma.toml", include_str!("../../../../catalog/erdma.toml")),
+    ("mana.toml", include_str!("../../../../catalog/mana.toml")),
+    ("ionic.toml", include_str!("../../../../catalog/ionic.toml")),
     (
         "netdev.toml",
         include_str!("../../../../catalog/netdev.toml"),
@@ -53,6 +59,14 @@ pub const EMBEDDED_FILES: &[(&str, &str)] = &[
 /// Files in the catalog directory that are not counter families (other data that lives
 /// beside them): [`Catalog::from_dir`] skips them.
 pub const NOT_FAMILY_FILES: &[&str] = &["rules.toml"];
+
+/// What hfi1 appends to the file name of a 32-bit counter (chip.c `init_cntrs`).
+pub const WIDTH_SUFFIX: &str = ",32";
+
+/// A file name without hfi1's ",32" width suffix.
+pub fn strip_width_suffix(name: &str) -> &str {
+    name.strip_suffix(WIDTH_SUFFIX).unwrap_or(name)
+}
 
 /// All counters of all families, validated.
 #[derive(Debug, Clone)]
@@ -205,6 +219,17 @@ impl Catalog {
     }
 
     fn get_direct(&self, driver: &str, name: &str) -> Option<&CounterInfo> {
+        self.get_spelled(driver, name).or_else(|| {
+            // hfi1 appends ",32" to the file name of its 32-bit counters: "SwLinkUp" finds
+            // "SwLinkUp,32" and the other way round.
+            match name.strip_suffix(WIDTH_SUFFIX) {
+                Some(bare) => self.get_spelled(driver, bare),
+                None => self.get_spelled(driver, &format!("{name}{WIDTH_SUFFIX}")),
+            }
+        })
+    }
+
+    fn get_spelled(&self, driver: &str, name: &str) -> Option<&CounterInfo> {
         let index = self
             .exact
             .get(driver)
@@ -256,7 +281,12 @@ impl Catalog {
     /// Every family's entry for this name: exact spelling first; if none, ignoring case; if
     /// none, through the families' alias prefixes.
     pub fn by_name(&self, name: &str) -> Vec<&CounterInfo> {
-        let exact: Vec<&CounterInfo> = self.counters.iter().filter(|c| c.name == name).collect();
+        let bare = strip_width_suffix(name);
+        let exact: Vec<&CounterInfo> = self
+            .counters
+            .iter()
+            .filter(|c| c.name == name || strip_width_suffix(&c.name) == bare)
+            .collect();
         if !exact.is_empty() {
             return exact;
         }

@@ -143,6 +143,9 @@ spelled_enum! {
         PortHwCounters => "port_hw_counters",
         /// `hw_counters/` at the device level (for example efa, hfi1).
         DeviceHwCounters => "device_hw_counters",
+        /// A port's optional counters (mlx5 `cc_*`, `rdma_*`): never in sysfs, enabled with
+        /// `rdma statistic set ... optional-counters` and read over RDMA netlink.
+        PortNetlink => "port_netlink",
         /// `ports/<n>/<group>/<message>`: ib_cm message counters, one directory per group
         /// (older kernels: `/sys/class/infiniband_cm/<dev>/<n>/<group>/`).
         PortCm => "port_cm",
@@ -159,6 +162,7 @@ impl Location {
             Location::PortCounters => "/sys/class/infiniband/<dev>/ports/<n>/counters/",
             Location::PortHwCounters => "/sys/class/infiniband/<dev>/ports/<n>/hw_counters/",
             Location::DeviceHwCounters => "/sys/class/infiniband/<dev>/hw_counters/",
+            Location::PortNetlink => "rdma statistic show link <dev>/<n> (netlink only, not sysfs)",
             Location::PortCm => "/sys/class/infiniband/<dev>/ports/<n>/",
             Location::Netdev => "ethtool -S <netdev> (the port's network device)",
         }
@@ -299,6 +303,9 @@ pub struct FamilyInfo {
     /// Prefixes that may precede a counter's name and mean "the same counter, seen from
     /// elsewhere" (mlx5: `vport_` on switchdev representors).
     pub alias_prefixes: Vec<String>,
+    /// True when the driver takes its counter names from the device firmware at run time
+    /// (ionic): the catalog cannot list them, and `explain` says so.
+    pub names_from_firmware: bool,
     /// The catalog file.
     pub file: String,
 }
@@ -334,6 +341,16 @@ pub struct CounterInfo {
     pub experiment: Option<Experiment>,
     /// The course chapter that explains it, if there is one.
     pub lesson: Option<Lesson>,
+    /// The kernel series (`6.1`, `6.12`, ...) whose sources declare this file name, from
+    /// `catalog/kernel/*.tsv` (empty for families the extraction does not cover).
+    pub kernels: Vec<String>,
+    /// The file name older kernels gave this counter, if the driver renamed it.
+    pub renamed_from: Option<String>,
+    /// The file name newer kernels give this counter, if the driver renamed it.
+    pub renamed_to: Option<String>,
+    /// True for a port counter whose file also exists in the device-level `hw_counters/`
+    /// (mlx4's diag counters, mana's rate_inc_events): the same meaning, for the device.
+    pub also_device: bool,
     /// The catalog file it came from (for error messages and `--json`).
     pub file: String,
 }
