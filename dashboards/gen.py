@@ -54,7 +54,7 @@ def load_catalog():
             rules = d["rule"]
             continue
         entries = []
-        for c in d["counter"]:
+        for c in d.get("counter", []):  # ionic: names from firmware, none here
             loc = c.get("location", d.get("location"))
             c = dict(c, location=loc, family=d["family"])
             c["metric"] = METRIC_OF.get((d["family"], c["name"]))  # None: rdmad does not read it
