@@ -141,6 +141,7 @@ fn rules_cover_each_familys_equivalents() {
         ("packet-loss", "efa", "retrans_pkts"),
         ("packet-loss", "hfi1", "RcResend"),
         ("packet-loss", "irdma", "tcpRetransSegs"),
+        ("packet-loss", "irdma", "RetransSegs"),
         ("packet-loss", "cxgb4", "ip4RetransSegs"),
         ("packet-loss", "cxgb4", "ip6RetransSegs"),
         ("remote-access", "bnxt_re", "remote_access_err"),
@@ -148,7 +149,7 @@ fn rules_cover_each_familys_equivalents() {
         ("congestion", "bnxt_re", "rx_cnp_pkts"),
         ("congestion", "hfi1", "TxWait"),
         ("link-errors", "hfi1", "DcRecvErr"),
-        ("link-down", "hfi1", "SwLinkDown"),
+        ("link-down", "hfi1", "SwLinkDown,32"),
     ];
     for (id, family, name) in table {
         let rule = rules

@@ -301,8 +301,27 @@ fn build_image(cache: &Path) -> Result<rdma_lab::image::BaseImage> {
 /// binary, and each `cargo run` after a lab command would build the default one again).
 const LAB_TARGET_DIR: &str = "target/lab-build";
 
+/// What `cargo run` puts in its child's environment about the package it ran. A build
+/// script that tracks one of them (ring's tracks CARGO_MANIFEST_DIR) is dirty whenever the lab
+/// was started one way (`cargo run -p rdmactl -- lab ...`) and built last the other way
+/// (`target/release/rdmactl lab ...`): several minutes of rebuilding each time. The lab's
+/// cargo gets neither.
+fn is_cargo_run_package_var(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || matches!(
+            name,
+            "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE"
+        )
+}
+
 fn cargo_build(workspace: &Path, extra: &[&str]) -> Result<()> {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(is_cargo_run_package_var) {
+            cmd.env_remove(&name);
+        }
+    }
     cmd.current_dir(workspace)
         .env("CARGO_TARGET_DIR", workspace.join(LAB_TARGET_DIR))
         .arg("build")
@@ -981,6 +1000,30 @@ fn suite_verdict(vm_code: i32, counts: Counts, binaries: usize, timeout: u64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lab_cargo_drops_what_cargo_run_says_of_its_package() {
+        for v in [
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_CRATE_NAME",
+            "CARGO_BIN_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+        ] {
+            assert!(is_cargo_run_package_var(v), "{v}");
+        }
+        for v in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_JOBS",
+            "PATH",
+        ] {
+            assert!(!is_cargo_run_package_var(v), "{v}");
+        }
+    }
 
     #[test]
     fn forward_specs_are_checked() {
