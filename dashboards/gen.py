@@ -453,6 +453,7 @@ def errors():
 
 
 PROBE_LAT = "rdma_probe_latency_seconds"
+PROBE_LAST = "rdma_probe_latency_last_seconds"
 PROBE_SEL = 'instance=~"$instance", device=~"$device", op=~"$op"'
 
 
@@ -502,16 +503,16 @@ def probes():
         "p50 {{instance}} {{device}} {{op}}", ref="B"))
     b.add(pct)
     b.row("Latency per peer")
-    b.add(timeseries("Peer latency p99", "99th percentile round trip to each peer "
-                     "(RDMA READ over an authenticated handshake).",
-                     f'histogram_quantile(0.99, sum by (le, instance, peer) (rate({PROBE_LAT}_bucket'
-                     '{instance=~"$instance", kind="peer", peer=~"$peer"}[$__rate_interval])))',
-                     "{{instance}} -> {{peer}}", unit="s"))
-    b.add(timeseries("Peer latency mean", "Mean round trip to each peer (_sum / _count).",
-                     f'sum by (instance, peer) (rate({PROBE_LAT}_sum{{instance=~"$instance", '
-                     'kind="peer", peer=~"$peer"}[$__rate_interval]))\n  / sum by (instance, peer) '
-                     f'(rate({PROBE_LAT}_count{{instance=~"$instance", kind="peer", '
-                     'peer=~"$peer"}[$__rate_interval]))', "{{instance}} -> {{peer}}", unit="s"))
+    b.add(timeseries("Peer latency p99", "99th percentile round trip to each peer in the last "
+                     "run (RDMA over an authenticated handshake; the run's summary, one of the "
+                     "6 default series per peer).",
+                     f'max by (instance, peer) ({PROBE_LAST}{{instance=~"$instance", kind="peer", '
+                     'peer=~"$peer", stat="p99"})', "{{instance}} -> {{peer}}", unit="s"))
+    b.add(timeseries("Peer latency typical", "Typical (median) round trip to each peer in the "
+                     "last run. Per-peer histograms, with every summary stat, come with "
+                     "--probe.peer-histograms.",
+                     f'max by (instance, peer) ({PROBE_LAST}{{instance=~"$instance", kind="peer", '
+                     'peer=~"$peer", stat="typical"})', "{{instance}} -> {{peer}}", unit="s"))
     b.row("Handshake port")
     b.add(timeseries("Peer handshakes accepted and refused", "Handshakes per second on this "
                      "host's probe listener: accepted (rdma_probe_handshakes_accepted_total) "

@@ -254,11 +254,9 @@ fn compile(src: &Path, out: &Path) -> anyhow::Result<Result<(), String>> {
 fn run_in_lab(bins: &[(String, PathBuf)]) -> anyhow::Result<Vec<(String, Observed, String)>> {
     let exe = std::env::current_exe().context("finding rdmactl")?;
     let mut cmd = Command::new(&exe);
+    // The lab's own binaries: built with the verbs feature the observer needs, in a target
+    // directory of their own (they never replace this rdmactl, whatever its features).
     cmd.args(["lab", "run", "--timeout", "600"]);
-    // Reuse the binaries next to this one, so the lab does not rebuild (and replace) us.
-    if let Some(dir) = exe.parent().filter(|d| d.join("rdmad").is_file()) {
-        cmd.arg("--bin-dir").arg(dir);
-    }
     let mut script = String::new();
     for (label, bin) in bins {
         let guest = format!("/opt/rdma/extra/{label}");
