@@ -1254,7 +1254,8 @@ fn publish(
         .values()
         .map(|l| PeerState {
             peer: l.addr.clone(),
-            connected: l.conn.is_some(),
+            // An RC run in flight holds the connection in its thread: still connected.
+            connected: l.conn.is_some() || matches!(l.running, Some(Running::Rc(_))),
             connects_total: l.connects,
             backoff_seconds: l.backoff.as_secs_f64(),
             labels: std::sync::Arc::clone(&l.labels),
