@@ -178,6 +178,9 @@ fn two_rdmad_instances_probe_each_other_refuse_a_wrong_secret_and_recover() {
             peer,
             "--probe.secret-file",
             secret.to_str().expect("utf-8 path"),
+            // The per-peer histogram and failures this test reads are opt-in (by default a
+            // peer gets 6 series: sent, lost by direction, typical, p99, status).
+            "--probe.peer-histograms",
         ])
     };
     let a = instance("rxe_a", a_addr, b_addr, &secret);
@@ -214,6 +217,7 @@ fn two_rdmad_instances_probe_each_other_refuse_a_wrong_secret_and_recover() {
         a_addr,
         "--probe.secret-file",
         wrong.to_str().expect("utf-8 path"),
+        "--probe.peer-histograms",
     ]);
     wait_for(&a, "A refusing the wrong secret", 90, |s| {
         sum_where(s, "rdma_probe_handshakes_refused_total", &[]) > refused_before
