@@ -318,6 +318,20 @@ mod tests {
         f
     }
 
+    /// The "hosts" h1..hN: plain datagram sockets at hK.fab, reads bounded to 500 ms.
+    fn bind_hosts(dir: &Path, n: usize) -> Vec<UnixDatagram> {
+        (1..=n)
+            .map(|k| {
+                let p = host_path(dir, k);
+                let _ = std::fs::remove_file(&p);
+                let s = UnixDatagram::bind(&p).unwrap();
+                s.set_read_timeout(Some(Duration::from_millis(500)))
+                    .unwrap();
+                s
+            })
+            .collect()
+    }
+
     fn recv(s: &UnixDatagram) -> Option<Vec<u8>> {
         let mut buf = vec![0u8; 2048];
         s.recv(&mut buf).ok().map(|n| buf[..n].to_vec())
@@ -329,16 +343,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rdma-lab-sw-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let sw = Switch::start(&dir, 3).unwrap();
-        let hosts: Vec<UnixDatagram> = (1..=3)
-            .map(|k| {
-                let p = host_path(&dir, k);
-                let _ = std::fs::remove_file(&p);
-                let s = UnixDatagram::bind(&p).unwrap();
-                s.set_read_timeout(Some(Duration::from_millis(500)))
-                    .unwrap();
-                s
-            })
-            .collect();
+        let hosts = bind_hosts(&dir, 3);
         let mac = |k: u8| [0x52, 0x54, 0, 2, 0, k];
         let send = |k: usize, f: &[u8]| hosts[k].send_to(f, switch_path(&dir, k + 1)).unwrap();
 
@@ -409,16 +414,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rdma-lab-loss-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let sw = Switch::start(&dir, 2).unwrap();
-        let hosts: Vec<UnixDatagram> = (1..=2)
-            .map(|k| {
-                let p = host_path(&dir, k);
-                let _ = std::fs::remove_file(&p);
-                let s = UnixDatagram::bind(&p).unwrap();
-                s.set_read_timeout(Some(Duration::from_millis(500)))
-                    .unwrap();
-                s
-            })
-            .collect();
+        let hosts = bind_hosts(&dir, 2);
         let mac = |k: u8| [0x52, 0x54, 0, 2, 0, k];
         let to_h2 = frame(mac(2), mac(1), b"data");
         let to_h1 = frame(mac(1), mac(2), b"back");
