@@ -4,7 +4,8 @@
 Usage:
     extract-kernel.py KERNEL_TREE              print the extraction (TSV) on stdout
     extract-kernel.py KERNEL_TREE -o FILE      write it to FILE
-    extract-kernel.py --check CATALOG_DIR      compare catalog/*.toml with catalog/kernel/*.tsv
+    extract-kernel.py KERNEL_TREE --source TEXT -o FILE   also record where the tree came from
+    extract-kernel.py --table CATALOG_DIR [--rdmactl PATH]   the driver x kernel table
 
 The extraction reads drivers/infiniband/{hw,sw}/*/ of the tree: every table a driver hands to
 rdma_alloc_hw_stats_struct (struct rdma_stat_desc arrays, mlx5's mlx5_ib_counter arrays,
@@ -23,7 +24,9 @@ ionic takes its counter names from the device firmware at run time: the extracti
 the driver with no names and says so.
 
 Output lines (tab separated, sorted):  driver  level  name  declared_in  expansion
-The first line is "# kernel VERSION" read from the tree's Makefile.
+The first line is "# kernel VERSION" read from the tree's Makefile; with --source TEXT a
+second line "# source: TEXT" records where the tree came from. Readers skip lines that
+start with "#" after the first.
 
 --table prints, per driver and kernel series, how many counters the kernel declares, how many
 of them the catalog describes (its entries whose `kernels` name that series, as loaded by
@@ -380,6 +383,8 @@ def load_extractions(kernel_dir):
         version = lines[0].split()[-1]
         rows = set()
         for line in lines[1:]:
+            if line.startswith("#"):
+                continue
             driver, level, name, _declared, _exp = line.split("\t")
             rows.add((driver, level, name))
         out[version] = rows
@@ -429,8 +434,9 @@ def table(catalog_dir, rdmactl):
                 explained = 0
                 for n in in_cat:
                     r = subprocess.run([rdmactl, "explain", "--driver", d, n, "--path.sysfs", "/nonexistent"],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    explained += r.returncode == 0
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                    # exit 0 after a note means another family has the name: not explained.
+                    explained += r.returncode == 0 and r.stdout.startswith((d + "/").encode())
             print("%s\t%s\t%d\t%d\t%s" % (d, series(v), len(names), len(in_cat), explained))
 
 
@@ -438,6 +444,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("tree", nargs="?", help="kernel source tree (with drivers/infiniband)")
     ap.add_argument("-o", "--output", help="write the extraction here instead of stdout")
+    ap.add_argument("--source", help="where the tree came from (written as a '# source:' line)")
     ap.add_argument("--table", metavar="CATALOG_DIR", help="print the driver x kernel coverage table")
     ap.add_argument("--rdmactl", help="with --table: count what `rdmactl explain` finds")
     args = ap.parse_args()
@@ -455,7 +462,10 @@ def main():
         print("error: " + p, file=sys.stderr)
     if problems:
         return 1
-    text = "# kernel %s\n" % version + "".join("\t".join(r) + "\n" for r in rows)
+    text = "# kernel %s\n" % version
+    if args.source:
+        text += "# source: %s\n" % " ".join(args.source.split())
+    text += "".join("\t".join(r) + "\n" for r in rows)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)

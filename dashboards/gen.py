@@ -15,6 +15,7 @@ library is used (tomllib: Python >= 3.11).
 """
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -360,7 +361,7 @@ def rule_description(r):
     parts = [flow(r["finding"]).replace("On {target} ", "").replace("{target}", "a port"),
              "", "**What to do:** " + flow(r["advice"]), "", "**Counters:**", ""]
     for c in entries:
-        parts.append(f"- {counter_doc(c)} Explain: `rdmactl explain {c['name']} --driver "
+        parts.append(f"- {counter_doc(c)} Explain: `rdmactl explain {shlex.quote(c['name'])} --driver "
                      f"{c['family']}`")
     if r.get("experiment"):
         parts += ["", f"Reproduce it: `rdmactl experiment run {r['experiment']}`."]
@@ -377,7 +378,7 @@ def family_description(fam, entries):
         sev = c["severity"]
         parts.append(f"- {counter_doc(c)} [{sev}] {flow(c['meaning'])[:300]}"
                      f"{'...' if len(flow(c['meaning'])) > 300 else ''} "
-                     f"Explain: `rdmactl explain {c['name']} --driver {fam}`")
+                     f"Explain: `rdmactl explain {shlex.quote(c['name'])} --driver {fam}`")
     return "\n".join(parts)
 
 
@@ -408,21 +409,52 @@ def errors():
                    if c["metric"] and c["kind"] == "counter" and c["severity"] in ("warning", "error")]
         if not entries:
             continue
-        # Only the family's devices: mlx5 and rxe share counter names (duplicate_request).
-        expr = labelled_rates([c["metric"] for c in entries])
-        legend = "{{instance}} {{device}}/{{port}} {{counter}}"
-        if fam == "netdev":
-            # The port's netdev, any driver: the series carry netdev and their own labels.
-            legend = ("{{instance}} {{device}}/{{port}} {{netdev}} {{counter}} {{direction}} "
-                      "{{priority}}{{reason}}")
-        elif fam != "ib_pma":
-            drv = FAMILY_DRIVERS.get(fam, fam)
-            expr = (f"(\n  {expr}\n)\nand on (instance, device) (\n  rdma_device_info"
-                    f'{{{DEV_SEL}, driver=~"{drv}"}}\n  or rdma_device_info{{{DEV_SEL}, '
-                    f'device=~"{fam}.*"}}\n)')
-        b.add(timeseries(f"{fam}: error counters", family_description(fam, entries), expr,
-                         legend, unit="cps"), w=24 if fam
-              in ("mlx5", "bnxt_re", "hfi1") else 12)
+        # hfi1 has ~500 such counters (one per hardware error bit, per VL, per SDMA engine),
+        # most generated from chip.c (catalog/gen-hfi1.py): one panel per error status
+        # register, one for the per-VL/per-engine copies, one for the rest.
+        for title, group in panel_groups(fam, entries):
+            family_panel(b, fam, title, group)
+    return errors_tail(b)
+
+
+def panel_groups(fam, entries):
+    """(panel title, entries) for one family's error panels."""
+    if fam != "hfi1":
+        return [(f"{fam}: error counters", entries)]
+    groups = {}
+    for c in entries:
+        if ": error bit " in c["summary"]:
+            key = f"hfi1: {c['summary'].split(': error bit ')[0]} error bits"
+        elif c["summary"].endswith(")") and ("(VL " in c["summary"] or "(SDMA engine " in c["summary"]):
+            key = "hfi1: per-VL and per-SDMA-engine error counters"
+        else:
+            key = "hfi1: error counters"
+        groups.setdefault(key, []).append(c)
+    first = "hfi1: error counters"
+    head = [(first, groups.pop(first))] if first in groups else []
+    return head + sorted(groups.items())
+
+
+def family_panel(b, fam, title, entries):
+    """One panel: the rates of `entries` (counters of family `fam`) on that family's devices."""
+    # Only the family's devices: mlx5 and rxe share counter names (duplicate_request).
+    expr = labelled_rates([c["metric"] for c in entries])
+    legend = "{{instance}} {{device}}/{{port}} {{counter}}"
+    if fam == "netdev":
+        # The port's netdev, any driver: the series carry netdev and their own labels.
+        legend = ("{{instance}} {{device}}/{{port}} {{netdev}} {{counter}} {{direction}} "
+                  "{{priority}}{{reason}}")
+    elif fam != "ib_pma":
+        drv = FAMILY_DRIVERS.get(fam, fam)
+        expr = (f"(\n  {expr}\n)\nand on (instance, device) (\n  rdma_device_info"
+                f'{{{DEV_SEL}, driver=~"{drv}"}}\n  or rdma_device_info{{{DEV_SEL}, '
+                f'device=~"{fam}.*"}}\n)')
+    b.add(timeseries(title, family_description(fam, entries), expr,
+                     legend, unit="cps"), w=24 if fam
+          in ("mlx5", "bnxt_re", "hfi1") else 12)
+
+
+def errors_tail(b):
     b.row("Per Slurm job")
     b.add(timeseries("QPs in ERR per Slurm job", "QPs in the ERR state per Slurm job and "
                      "step (rdma_owner_qps{state=\"ERR\"} of owners whose cgroup is a "
@@ -815,7 +847,7 @@ def explain_lines(pairs):
         c = next((c for c in FAMILIES.get(fam, {"counters": []})["counters"]
                   if c["name"] == name and c["metric"]), None)
         if c:
-            lines.append(f"- {counter_doc(c)} Explain: `rdmactl explain {name} --driver {fam}`")
+            lines.append(f"- {counter_doc(c)} Explain: `rdmactl explain {shlex.quote(name)} --driver {fam}`")
     return "\n".join(lines)
 
 
@@ -823,7 +855,8 @@ def explain_lines(pairs):
 # reaction point (the sender: CNPs in, rate cuts), per driver, from the catalog.
 ECN_NP = [("mlx5", "np_ecn_marked_roce_packets"), ("mlx5", "np_cnp_sent"),
           ("irdma", "RxECNMrkd"), ("irdma", "cnpSent"),
-          ("bnxt_re", "rx_ecn_marked_pkts"), ("bnxt_re", "tx_cnp_pkts")]
+          ("bnxt_re", "rx_ecn_marked_pkts"), ("bnxt_re", "tx_cnp_pkts"),
+          ("bnxt_re", "np_cnp_pkts")]  # tx_cnp_pkts' name from kernel 6.18 on
 ECN_RP = [("mlx5", "rp_cnp_handled"), ("mlx5", "rp_cnp_ignored"),
           ("irdma", "cnpHandled"), ("irdma", "cnpIgnored"), ("bnxt_re", "rx_cnp_pkts")]
 LINK_ERRORS = [("ib_pma", "symbol_error"), ("netdev", "symbol_errors"),
@@ -876,7 +909,8 @@ def roce():
                      f'rdma_netdev_discards_total{{{NETDEV_SEL}}}[$__rate_interval]))',
                      "{{instance}} {{device}}/{{port}} {{netdev}} {{direction}} {{reason}}",
                      unit="pps"))
-    oob = [("mlx5", "out_of_buffer"), ("bnxt_re", "out_of_buffer")]
+    # bnxt_re: rx_out_of_buffer until kernel 6.17, out_of_buffer from 6.18 on.
+    oob = [("mlx5", "out_of_buffer"), ("bnxt_re", "rx_out_of_buffer"), ("bnxt_re", "out_of_buffer")]
     b.add(timeseries("RDMA receive queue out of buffer", "Packets the RDMA device dropped "
                      "because the receive queue had no posted buffer (the RDMA counterpart of "
                      "the NIC's out_of_buffer).\n\n" + explain_lines(oob),

@@ -177,7 +177,36 @@ pub fn sanitize(raw: &str) -> String {
     if collapsed == "total" {
         collapsed.clear();
     }
-    collapsed
+    join_unit_lookalikes(&collapsed)
+}
+
+/// Words that Prometheus' linter (`promtool check metrics`) reads as abbreviated units.
+const UNIT_ABBREVIATIONS: &[&str] = &[
+    "s", "ms", "us", "ns", "sec", "b", "kb", "mb", "gb", "tb", "pb", "m", "h", "d",
+];
+
+/// Joins a word that only looks like an abbreviated unit to its neighbour: hfi1's
+/// `SDmaHaltErr` (SDMA) would split into `s_dma_halt_err`, `RxCtxEgrS` (eager stall) into
+/// `rx_ctx_egr_s` and `RxTidFLGMs` (flow generation mismatch) into `rx_tid_flg_ms`, and
+/// promtool rejects those as units. The word joins the one before it, or the one after it at
+/// the start: `sdma_halt_err`, `rx_ctx_egrs`, `rx_tid_flgms`.
+fn join_unit_lookalikes(name: &str) -> String {
+    let mut words: Vec<String> = Vec::new();
+    let mut carry = String::new();
+    for word in name.split('_').filter(|w| !w.is_empty()) {
+        if UNIT_ABBREVIATIONS.contains(&word) {
+            match words.last_mut() {
+                Some(last) => last.push_str(word),
+                None => carry.push_str(word),
+            }
+        } else {
+            words.push(std::mem::take(&mut carry) + word);
+        }
+    }
+    if !carry.is_empty() {
+        words.push(carry);
+    }
+    words.join("_")
 }
 
 #[cfg(test)]
@@ -198,6 +227,10 @@ mod tests {
             ("Nak Sequence Error Implied", "nak_sequence_error_implied"),
             ("Tx Egress Reserved 10", "tx_egress_reserved_10"),
             ("TxPioMallocErr", "tx_pio_malloc_err"),
+            ("SDmaHaltErr", "sdma_halt_err"),
+            ("RxCtxEgrS,32", "rx_ctx_egrs"),
+            ("RxTidFLGMs,32", "rx_tid_flgms"),
+            ("s", "s"),
             ("rx-bytes.err", "rx_bytes_err"),
             ("__odd__name__", "odd_name"),
             ("tx_total", "tx"),

@@ -246,6 +246,9 @@ fn describe(
     if let Some(new) = &info.renamed_to {
         writeln!(out, "  renamed to:   {new} (newer kernels)")?;
     }
+    if let Some(source) = &info.source {
+        writeln!(out, "  source: {source}")?;
+    }
     list_section(out, "Likely causes", &info.causes)?;
     list_section(out, "What to check next", &info.next_steps)?;
     if info.experiment.is_some() || info.lesson.is_some() {

@@ -154,6 +154,8 @@ struct RawCounter {
     renamed_to: Option<String>,
     #[serde(default)]
     also_device: bool,
+    #[serde(default)]
+    source: Option<String>,
 }
 
 /// Turns a serde message into the most precise kind we can name.
@@ -294,6 +296,9 @@ fn check_counter(
     for step in &raw.next_steps {
         non_empty("next_steps", step)?;
     }
+    if let Some(source) = &raw.source {
+        non_empty("source", source)?;
+    }
 
     let location = match (&raw.location, default_location) {
         (Some(text), _) => closed("location", text, Location::parse, Location::NAMES)?,
@@ -359,6 +364,7 @@ fn check_counter(
         renamed_from: raw.renamed_from,
         renamed_to: raw.renamed_to,
         also_device: raw.also_device,
+        source: raw.source.as_deref().map(one_line),
         file: file.to_string(),
     })
 }

@@ -351,6 +351,9 @@ pub struct CounterInfo {
     /// True for a port counter whose file also exists in the device-level `hw_counters/`
     /// (mlx4's diag counters, mana's rate_inc_events): the same meaning, for the device.
     pub also_device: bool,
+    /// Where the entry's facts come from (the driver file, table entry, register or
+    /// accessor), for entries generated from the source (hfi1).
+    pub source: Option<String>,
     /// The catalog file it came from (for error messages and `--json`).
     pub file: String,
 }
