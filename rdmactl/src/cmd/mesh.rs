@@ -67,13 +67,9 @@ pub enum Color {
     Never,
 }
 
-/// Arguments of `rdmactl mesh`.
-#[derive(clap::Args, Debug)]
-#[command(
-    after_help = "Exit codes: 0 no fault, 4 a fault named (the verdicts), 1 an error \
-    (e.g. no rdmad or Prometheus answered)."
-)]
-pub struct Args {
+/// Where the pingmesh comes from: `rdmactl mesh` and `rdmactl top` take the same options.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Source {
     /// Read the pingmesh from this Prometheus (one that runs dashboards/rules/rdma.rules.yml).
     #[arg(long, value_name = "URL", conflicts_with = "targets")]
     pub prometheus: Option<String>,
@@ -84,8 +80,30 @@ pub struct Args {
     /// Call the peer at address ADDR (without the port) NAME, as the rules' peer_host label.
     #[arg(long = "peer-name", value_name = "ADDR=NAME")]
     pub peer_names: Vec<String>,
+}
+
+impl Source {
+    /// Whether a Prometheus or a target was given.
+    pub fn is_set(&self) -> bool {
+        self.prometheus.is_some() || !self.targets.is_empty()
+    }
+}
+
+/// Seconds between the two scrapes of every rdmad (direct mode), by default.
+pub const DEFAULT_INTERVAL: f64 = 10.0;
+
+/// Arguments of `rdmactl mesh`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Exit codes: 0 no fault, 4 a fault named (the verdicts), 1 an error \
+    (e.g. no rdmad or Prometheus answered)."
+)]
+pub struct Args {
+    /// The pingmesh's source.
+    #[command(flatten)]
+    pub source: Source,
     /// Seconds between the two scrapes of every rdmad (direct mode).
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = DEFAULT_INTERVAL)]
     pub interval: f64,
     /// Print the matrix and the verdicts as JSON.
     #[arg(long)]
@@ -551,8 +569,8 @@ fn scrape(url: &str) -> Result<Exposition> {
 }
 
 /// Direct mode: scrape every target twice.
-fn report_from_targets(args: &Args, t: &Thresholds) -> Result<Report> {
-    if !(args.interval > 0.0 && args.interval <= 3600.0) {
+fn report_from_targets(args: &Source, interval: f64, t: &Thresholds) -> Result<Report> {
+    if !(interval > 0.0 && interval <= 3600.0) {
         bail!("--interval must be more than 0 and at most 3600 seconds");
     }
     let peer_names = name_pairs(&args.peer_names, "--peer-name")?;
@@ -578,7 +596,7 @@ fn report_from_targets(args: &Args, t: &Thresholds) -> Result<Report> {
     if first.is_empty() {
         bail!("no rdmad answered: {}", unreachable.join("; "));
     }
-    std::thread::sleep(Duration::from_secs_f64(args.interval));
+    std::thread::sleep(Duration::from_secs_f64(interval));
     let mut pairs = Vec::new();
     for (name, url, before) in &first {
         match scrape(url) {
@@ -725,12 +743,13 @@ fn report_from_prometheus(base: &str, t: &Thresholds) -> Result<Report> {
     Ok(report)
 }
 
-/// Build the report from the arguments' source.
-pub fn report(args: &Args) -> Result<Report> {
+/// Build the report from `source`; `interval`: seconds between the two scrapes of every
+/// rdmad (direct mode).
+pub fn report(source: &Source, interval: f64) -> Result<Report> {
     let t = thresholds()?;
-    match (&args.prometheus, args.targets.is_empty()) {
+    match (&source.prometheus, source.targets.is_empty()) {
         (Some(url), _) => report_from_prometheus(url, &t),
-        (None, false) => report_from_targets(args, &t),
+        (None, false) => report_from_targets(source, interval, &t),
         (None, true) => bail!("give --prometheus URL or at least one --target URL"),
     }
 }
@@ -798,20 +817,35 @@ pub fn print_text(r: &Report, t: &Thresholds, color: bool, out: &mut impl Write)
         }
         writeln!(out)?;
     }
-    for u in &r.unreachable_targets {
-        writeln!(out, "not scraped: {u}")?;
-    }
-    if r.verdicts.is_empty() {
-        writeln!(
-            out,
-            "no fault: every pair answers, no direction loses over {:.0}%",
-            t.loss_ratio * 100.0
-        )?;
-    }
-    for v in &r.verdicts {
-        writeln!(out, "{}", paint(&v.text, "1;31"))?;
+    for (line, verdict) in summary(r, t) {
+        if verdict {
+            writeln!(out, "{}", paint(&line, "1;31"))?;
+        } else {
+            writeln!(out, "{line}")?;
+        }
     }
     Ok(())
+}
+
+/// The lines under the matrix, as `rdmactl mesh` and `rdmactl top` print them: the targets
+/// not scraped, then the verdicts (`true`) or the line saying there is no fault.
+pub fn summary(r: &Report, t: &Thresholds) -> Vec<(String, bool)> {
+    let mut out: Vec<(String, bool)> = r
+        .unreachable_targets
+        .iter()
+        .map(|u| (format!("not scraped: {u}"), false))
+        .collect();
+    if r.verdicts.is_empty() {
+        out.push((
+            format!(
+                "no fault: every pair answers, no direction loses over {:.0}%",
+                t.loss_ratio * 100.0
+            ),
+            false,
+        ));
+    }
+    out.extend(r.verdicts.iter().map(|v| (v.text.clone(), true)));
+    out
 }
 
 /// The report as JSON (`--json`).
@@ -824,7 +858,7 @@ pub fn print_json(r: &Report, out: &mut impl Write) -> Result<()> {
 /// `rdmactl mesh`.
 pub fn run(args: Args) -> Result<ExitCode> {
     let t = thresholds()?;
-    let r = report(&args)?;
+    let r = report(&args.source, args.interval)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.json {
@@ -1178,15 +1212,12 @@ mod tests {
             .map(|h| format!("{h}=http://127.0.0.1:{port}/{h}/metrics"))
             .collect();
         targets.push(format!("h5=http://127.0.0.1:{dead}/metrics"));
-        let args = Args {
+        let source = Source {
             prometheus: None,
             targets,
             peer_names: (1..=4).map(|k| format!("10.2.0.{k}=h{k}")).collect(),
-            interval: 0.05,
-            json: true,
-            color: Color::Never,
         };
-        let r = report(&args).unwrap();
+        let r = report(&source, 0.05).unwrap();
         let mut out = Vec::new();
         print_json(&r, &mut out).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
@@ -1228,19 +1259,19 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_errors() {
-        let args = |targets: Vec<String>, peer_names: Vec<String>| Args {
+        let args = |targets: Vec<String>, peer_names: Vec<String>| Source {
             prometheus: None,
             targets,
             peer_names,
-            interval: 1.0,
-            json: false,
-            color: Color::Never,
         };
-        assert!(report(&args(vec![], vec![])).is_err());
-        let e = report(&args(
-            vec!["http://127.0.0.1:1/metrics".into()],
-            vec!["nonsense".into()],
-        ))
+        assert!(report(&args(vec![], vec![]), 1.0).is_err());
+        let e = report(
+            &args(
+                vec!["http://127.0.0.1:1/metrics".into()],
+                vec!["nonsense".into()],
+            ),
+            1.0,
+        )
         .unwrap_err();
         assert!(e.to_string().contains("ADDR=NAME"), "{e}");
     }
