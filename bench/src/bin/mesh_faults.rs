@@ -1,9 +1,11 @@
-//! A timed, faulty pingmesh at cluster scale, simulated, and localized by the shipped rules.
+//! A timed, faulty pingmesh at cluster scale, simulated, and localized by the shipped rules
+//! on a real Prometheus.
 //!
 //! ```text
 //! cargo build --release -p rdmad -p rdma-bench --bin mesh_faults
-//! target/release/mesh_faults                 # 1,000 and 10,000 hosts, both scenarios
-//! target/release/mesh_faults 96 --check      # the small check tests/run runs
+//! target/release/mesh_faults                        # 1,000 and 10,000 hosts (~17 min)
+//! target/release/mesh_faults 1000 10000 --plan-only # the sizes only, nothing run
+//! target/release/mesh_faults 64 --check --for 10    # the check tests/run runs (~4 min)
 //! ```
 //!
 //! Hosts in racks of 32 plan with the planner rdmad runs (`rdma_probe::pinglist::Pinglist`,
@@ -11,18 +13,24 @@
 //! cycle, 110 UD requests per run (the engine's iterations plus warm-up). The probes' outcomes
 //! become the per-peer series rdmad exports: their names and labels are rendered by rdmad's
 //! own collector (`rdmad::collector::probes::emit`) from an engine snapshot, and every name is
-//! checked against `rdmad --print-metrics json`. Prometheus would scrape them every 10 s
-//! (labels `job="rdmad"`, `instance`); the series go into `promtool test rules` with the
-//! shipped `dashboards/rules/rdma.rules.yml`, evaluated every 10 s (as
-//! dashboards/rules/rdma.mesh.test.yml does). Scenarios, injected after a minute of health:
+//! checked against `rdmad --print-metrics json`. The bench serves them on 127.0.0.1 (with
+//! each prober's `instance`) to one Prometheus per scenario (a temporary directory, killed
+//! at the end), scraping and evaluating the shipped `dashboards/rules/rdma.rules.yml` every
+//! 10 s in real time (`--for S` sets every non-zero `for:` to S seconds, as
+//! tests/multihost-prometheus does). Afterwards it asks that Prometheus which pingmesh alerts
+//! fired when, and what the evaluations cost (its own metrics and the rules API's
+//! per-rule evaluation time). `promtool test rules` cannot do this: its query engine refuses
+//! queries over a few thousand samples, which a 64-host mesh with a rack down already
+//! exceeds. Scenarios, injected after a minute of health:
 //!
 //! - A: one host loses 20% of what it sends (its requests to its targets, its replies to its
 //!   probers), for the fault window, then heals;
 //! - B: a whole rack of 32 hosts is down: no longer scraped (stale), and every run towards
 //!   one of them times out (`rdma_probe_peer_status` 2, its requests lost), then it is back.
 //!
-//! The fault window is the planner's cycle plus 3 minutes (at least 4 minutes: the rules'
-//! `for: 2m` after the first pairs see it), the time after it the cycle plus a minute.
+//! The fault lasts the planner's cycle plus the rules' `for:` plus a minute, and the run goes
+//! on for the cycle plus a minute after it (every pair re-probed: the alerts must resolve).
+//! Wall times are those of this machine, shared; the CPU figure says how much was used.
 //!
 //! ## What is evaluated, and why it is enough
 //!
@@ -48,8 +56,9 @@
 //! candidates' counts are complete; everyone else is provably below half), every failing
 //! pair is present with its culprits' exact status, and the pairs left out are healthy
 //! pairs whose latency never moves, on which no rule fires. The figures print how many
-//! hosts and series that is. It asserts nothing, except with `--check` (the culprits found
-//! must be exactly the injected ones, and no other pingmesh alert may fire while they do).
+//! hosts and series that is; scenarios over `--max-series` (default 1.5 M) are sized, not
+//! run. It asserts nothing, except with `--check` (the culprits firing at the end of the
+//! fault must be exactly the injected ones, no other pingmesh alert, and none left after).
 
 use anyhow::{bail, Context};
 use rdma_probe::engine::EngineConfig;
