@@ -7,7 +7,11 @@
 //! or counter, QPs by state and process (RDMA netlink, live `/sys` only), the owners holding
 //! the most QPs with their QPs in ERR (rdmad's `rdma_owner_qps` with `--rdmad`, else this
 //! host's netlink dumps), rdmad's `rdma_probe_*` series when `--rdmad` is given, and an
-//! event log (tui-logger).
+//! event log (tui-logger). With `rdmactl mesh`'s source options (`--prometheus URL`, or
+//! `--target [NAME=]URL` per rdmad and `--peer-name`) it opens with the pingmesh's verdicts,
+//! the lines `rdmactl mesh` prints under its matrix, built by the same code (`cmd::mesh`)
+//! and read again every interval (at least every 2 s from Prometheus; in direct mode each
+//! report scrapes the rdmads twice `mesh::DEFAULT_INTERVAL` apart).
 //!
 //! Layout follows tokio-console: `state/` is the model (no drawing), `view/` one file per
 //! screen or pane, `input.rs` the key predicates, `term.rs` the terminal guard whose Drop
@@ -24,6 +28,7 @@ mod term;
 mod view;
 
 use crate::cmd::devices::no_devices;
+use crate::cmd::mesh;
 use crate::exit;
 use anyhow::Context;
 use ratatui::crossterm::event::{self, Event as TermEvent};
@@ -33,6 +38,7 @@ use rdmakit::scrape::{ScrapeConfig, Scraper};
 use rdmakit::sysfs::SysfsReader;
 use sampler::{Sample, SamplerConfig};
 use state::events::{Event, Level};
+use state::mesh::MeshStatus;
 use state::probes::ProbeStatus;
 use state::TopState;
 use std::path::PathBuf;
@@ -48,7 +54,8 @@ const TICK: Duration = Duration::from_millis(100);
 /// Live view of RDMA devices: ports, rates, errors explained, QPs, probes and events.
 ///
 /// Keys: Up/Down (j/k) select, Enter explain, Esc back, s sort, f filter, ? help, q quit.
-/// Examples: `rdmactl top`, `rdmactl top --interval 2 --rdmad http://127.0.0.1:9736`.
+/// Examples: `rdmactl top`, `rdmactl top --interval 2 --rdmad http://127.0.0.1:9736`,
+/// `rdmactl top --prometheus http://127.0.0.1:9090` (opens with the pingmesh's verdicts).
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Keys: Up/Down or k/j select, Enter explain, Esc back, s sort, \
@@ -81,7 +88,13 @@ pub struct Args {
         requires = "rdmad_username"
     )]
     pub rdmad_password_file: Option<PathBuf>,
+    /// The pingmesh whose verdicts open the screen: the options of `rdmactl mesh`.
+    #[command(flatten)]
+    pub mesh: mesh::Source,
 }
+
+/// The shortest time between two reads of the pingmesh.
+const MESH_MIN_PERIOD: Duration = Duration::from_secs(2);
 
 fn parse_interval(text: &str) -> Result<Duration, String> {
     let secs: f64 = text
@@ -134,6 +147,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.rdmad.is_some() {
         state.probes = ProbeStatus::Pending;
     }
+    if args.mesh.is_set() {
+        // From Prometheus the first verdicts are read before the screen opens; the direct
+        // mode's two scrapes take seconds, so it opens pending.
+        state.mesh = if args.mesh.prometheus.is_some() {
+            mesh_status(mesh::report(&args.mesh, mesh::DEFAULT_INTERVAL))
+        } else {
+            MeshStatus::Pending
+        };
+    }
     tui_logger::set_default_level(LevelFilter::Trace);
     let log_state = TuiWidgetState::new().set_default_display_level(LevelFilter::Info);
     apply_sample(&mut state, first);
@@ -158,6 +180,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         })
         .context("start the sampler thread")?;
 
+    let (mesh_tx, mesh_rx) = mpsc::channel::<MeshStatus>();
+    if args.mesh.is_set() {
+        let source = args.mesh.clone();
+        let mesh_stop = Arc::clone(&stop);
+        let period = args.interval.max(MESH_MIN_PERIOD);
+        let first_done = source.prometheus.is_some();
+        std::thread::Builder::new()
+            .name("top-mesh".into())
+            .spawn(move || {
+                let _quiet =
+                    tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
+                mesh_loop(&source, period, first_done, &mesh_tx, &mesh_stop)
+            })
+            .context("start the pingmesh thread")?;
+    }
+
     // Library warnings must not write over the screen: silence tracing on this thread
     // (sample problems reach the log pane through the state instead).
     let _quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
@@ -167,7 +205,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         interval: args.interval.as_secs_f64(),
     };
     let mut guard = term::TerminalGuard::enter().context("set up the terminal")?;
-    let result = ui_loop(&mut guard, &mut state, &header, &log_state, &rx, &stop);
+    let result = ui_loop(
+        &mut guard, &mut state, &header, &log_state, &rx, &mesh_rx, &stop,
+    );
     stop.store(true, Ordering::Relaxed);
     drop(guard);
     result?;
@@ -181,6 +221,7 @@ fn ui_loop(
     header: &view::Header,
     log_state: &TuiWidgetState,
     rx: &mpsc::Receiver<Sample>,
+    mesh_rx: &mpsc::Receiver<MeshStatus>,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
     if std::env::var_os("RDMACTL_TOP_TEST_PANIC").is_some() {
@@ -230,7 +271,62 @@ fn ui_loop(
                 }
             }
         }
+        // The pingmesh thread only runs with a source; its end is not an error.
+        while let Ok(status) = mesh_rx.try_recv() {
+            apply_mesh(state, status);
+            dirty = true;
+        }
     }
+}
+
+fn mesh_status(r: anyhow::Result<mesh::Report>) -> MeshStatus {
+    match r {
+        Ok(r) => MeshStatus::Report(Box::new(r)),
+        Err(e) => MeshStatus::Failed(format!("{e:#}")),
+    }
+}
+
+/// Read the pingmesh every `period` until `stop`; the first read is skipped when `run` did it.
+fn mesh_loop(
+    source: &mesh::Source,
+    period: Duration,
+    mut skip: bool,
+    tx: &mpsc::Sender<MeshStatus>,
+    stop: &AtomicBool,
+) {
+    loop {
+        if !skip {
+            let status = mesh_status(mesh::report(source, mesh::DEFAULT_INTERVAL));
+            if tx.send(status).is_err() {
+                return;
+            }
+        }
+        skip = false;
+        let until = std::time::Instant::now() + period;
+        while std::time::Instant::now() < until {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Fold a pingmesh read into the state; a change of verdicts goes to the log.
+fn apply_mesh(state: &mut TopState, status: MeshStatus) {
+    let texts = |s: &MeshStatus| match s {
+        MeshStatus::Report(r) => r.verdicts.iter().map(|v| v.text.clone()).collect(),
+        _ => Vec::new(),
+    };
+    let (old, new) = (texts(&state.mesh), texts(&status));
+    for v in new.iter().filter(|v| !old.contains(v)) {
+        log_event(&Event::warn("mesh", v.clone()));
+    }
+    if let (MeshStatus::Failed(why), false) = (&status, matches!(state.mesh, MeshStatus::Failed(_)))
+    {
+        log_event(&Event::warn("mesh", format!("pingmesh unavailable: {why}")));
+    }
+    state.mesh = status;
 }
 
 /// Fold one sample into the state and log its events.

@@ -7,6 +7,7 @@
 //! Views read it; `view::handle_key` changes it. Everything here is unit-tested.
 
 pub mod events;
+pub mod mesh;
 pub mod owners;
 pub mod probes;
 pub mod rates;
@@ -205,6 +206,8 @@ pub struct TopState {
     pub probes: ProbeStatus,
     /// The owners holding the most QPs, as last sampled.
     pub owners: owners::OwnerStatus,
+    /// The pingmesh's verdicts (`--prometheus` or `--target`), as last read.
+    pub mesh: mesh::MeshStatus,
     /// The last sample failed with this message (data on screen is from before it).
     pub sample_error: Option<String>,
     /// Number of samples taken.
@@ -234,6 +237,7 @@ impl TopState {
             resources: ResourceStatus::NotSampled,
             probes: ProbeStatus::NotConfigured,
             owners: owners::OwnerStatus::NotSampled,
+            mesh: mesh::MeshStatus::NotConfigured,
             sample_error: None,
             samples: 0,
         }

@@ -6,6 +6,7 @@ pub mod counters;
 pub mod explain;
 pub mod help;
 pub mod log;
+pub mod mesh;
 pub mod owners;
 pub mod ports;
 pub mod probes;
@@ -44,8 +45,9 @@ pub struct Header {
 pub fn draw(frame: &mut Frame<'_>, state: &TopState, header: &Header, log: &TuiWidgetState) {
     let area = frame.area();
     let log_height = if area.height >= 36 { 9 } else { 5 };
-    let [title, main, middle, events, footer] = Layout::vertical([
+    let [title, verdicts, main, middle, events, footer] = Layout::vertical([
         Constraint::Length(1),
+        Constraint::Length(mesh::height(state)),
         Constraint::Fill(3),
         Constraint::Fill(2),
         Constraint::Length(log_height),
@@ -53,6 +55,7 @@ pub fn draw(frame: &mut Frame<'_>, state: &TopState, header: &Header, log: &TuiW
     ])
     .areas(area);
     draw_title(frame, title, state, header);
+    mesh::draw(frame, verdicts, state);
     match &state.screen {
         Screen::Ports => ports::draw(frame, main, state),
         Screen::Counters(key) => counters::draw(frame, main, state, key),
