@@ -407,6 +407,20 @@ fn a_silent_peers_never_starve_a_healthy_one_and_2000_cost_bounded_memory_and_th
         threads0 = threads0.max(t);
         others0 = others0.max((t as usize).saturating_sub(engine_threads(pid)));
     }
+    // A figure, not an assertion: scrape times of this rdmad without peers, then with them
+    // (bench/lab-engine-scrape measures the ratio interleaved, two rdmads side by side).
+    let scrape_p50 = || {
+        let mut t: Vec<Duration> = (0..21)
+            .map(|_| {
+                let t0 = Instant::now();
+                rdmad.scrape();
+                t0.elapsed()
+            })
+            .collect();
+        t.sort();
+        t[10]
+    };
+    let none_p50 = scrape_p50();
     write_peers(&peers_file, &silent);
     let (mut rss, mut threads, mut engine) = (0u64, 0u64, 0usize);
     let mut sample = || {
@@ -449,6 +463,13 @@ fn a_silent_peers_never_starve_a_healthy_one_and_2000_cost_bounded_memory_and_th
     };
     sample();
     let text_len = rdmad.scrape().text.len();
+    let many_p50 = scrape_p50();
+    println!(
+        "scrape p50 without peers {:.1} ms, with 2,000 silent peers {:.1} ms: {:.2}x (21 scrapes each, not interleaved; a figure, not asserted)",
+        none_p50.as_secs_f64() * 1e3,
+        many_p50.as_secs_f64() * 1e3,
+        many_p50.as_secs_f64() / none_p50.as_secs_f64()
+    );
     println!(
         "2,000 silent peers: RSS {rss0} kB with none, at most {rss} kB with them; threads {threads0} with none ({others0} not the engine's), at most {threads} with them, at most {engine} of the engine (bound {ENGINE_THREADS}); {} peers tried (`host`), {} series, {text_len} bytes a scrape; {} rounds late of {}",
         tried(&s3),
