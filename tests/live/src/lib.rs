@@ -517,6 +517,11 @@ impl Rdmad {
         self.port
     }
 
+    /// rdmad's process id (for /proc/PID/status).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// [`http_get`] `path` from this rdmad.
     pub fn get(&self, path: &str) -> std::io::Result<HttpResponse> {
         http_get(self.port, path)
