@@ -123,7 +123,8 @@ pub struct EngineConfig {
     pub peer_device: Option<String>,
     /// First reconnect delay after a peer failure; doubles up to `backoff_max`.
     pub backoff_min: Duration,
-    /// Longest reconnect delay.
+    /// Longest reconnect delay: a peer back from a fault is connected again within it (and
+    /// a connect timeout), so the pingmesh alerts about it resolve within a minute.
     pub backoff_max: Duration,
 }
 
@@ -161,7 +162,7 @@ impl Default for EngineConfig {
             reply_timeout: Duration::from_millis(500),
             peer_device: None,
             backoff_min: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(60),
+            backoff_max: Duration::from_secs(15),
         }
     }
 }
