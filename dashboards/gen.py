@@ -775,6 +775,19 @@ def pingmesh():
               "source x destination matrix, the worst pairs and a per-rack rollup, from the "
               "rdma:probe_pair_* recording rules. A row is the probing host (instance), a "
               "column the probed one (peer).", ["probes", "pingmesh"], port_vars=False)
+    # The board opens with the verdicts: the culprit alerts firing now, since when.
+    culprits = "|".join(a[0] for a in PAIR_ALERTS)
+    keys = "alertname, host, direction, a, b, layer"
+    b.row("Verdicts")
+    b.add(table("Verdicts (firing culprit alerts)", "The pingmesh localization's alerts "
+                "firing now (Prometheus' ALERTS): a culprit host (RdmaHostUnreachable, "
+                "RdmaAgentDown, RdmaHostRdmaDown: the layer; RdmaHostLinkLossy: the direction; "
+                "RdmaHostLatencyHigh) or a path no host explains (RdmaPathDown, RdmaPathLossy "
+                "a -> b, RdmaPairLatencyAboveBaseline), and since when (the alert's start). "
+                "Empty: no fault named. `rdmactl mesh` prints the same verdicts in words.",
+                f'1000 * max by ({keys}) (ALERTS_FOR_STATE{{alertname=~"{culprits}"}})\n'
+                f'and on ({keys}) max by ({keys}) (ALERTS{{alertstate="firing", alertname=~"{culprits}"}})',
+                unit="dateTimeAsIso", rename={"Value": "since"}), w=24, h=6)
     b.row("Matrix")
 
     def matrix(title, desc, expr, unit, steps):
