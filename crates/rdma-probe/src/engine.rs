@@ -358,7 +358,11 @@ impl Shared {
                 for ns in &samples {
                     t.latency_seconds.observe(ns / 1e9);
                 }
-                t.last = LatencySummary::from_ns(&mut samples);
+                // A lossy run may end with answers but no sample past its warm-up: the
+                // last latency stays the last one measured.
+                if let Some(last) = LatencySummary::from_ns(&mut samples) {
+                    t.last = Some(last);
+                }
                 t.runs_total += 1;
                 t.up = true;
             }
