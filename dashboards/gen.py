@@ -679,12 +679,15 @@ PAIR_RULES = [
     ("rdma:probe_target_culprit", majority("rdma:probe_target_fault", "rdma:probe_target_pairs", "job, target")),
     # One series per culprit host and fault (value: how many counterparts see it). `a` and
     # `b` repeat the host so that Alertmanager's equal-label inhibition matches the path
-    # alerts (a, b) with either end.
+    # alerts (a, b) with either end. A host its counterparts blame is named by their view
+    # only: its own probes may fail at another layer (its fabric link down: its peers time
+    # out, while its own UD probes fail at its DOWN port first).
     ("rdma:probe_host_culprit",
      'label_replace(label_replace(max by (job, host, fault) (\n  '
-     + as_label("rdma:probe_target_culprit", "host", "target") + "\n  or "
+     + as_label("rdma:probe_target_culprit", "host", "target") + "\n  or ("
      + as_label("rdma:probe_prober_culprit", "host", "prober")
-     + '\n), "a", "$1", "host", "(.*)"), "b", "$1", "host", "(.*)")'),
+     + "\n    unless on (job, host) " + as_label("rdma:probe_target_culprit", "host", "target")
+     + ')\n), "a", "$1", "host", "(.*)"), "b", "$1", "host", "(.*)")'),
     # Latency: a pair above its baseline (relative and absolute); a prober with most of its
     # pairs slow is loaded itself (a busy host slows all it measures) and proves nothing about
     # its targets; a target most of whose other probers see it slow is a slow host.

@@ -121,6 +121,12 @@ def faults(m):
          "RdmaHostUnreachable only",
          lambda p, t: (2, 1.0, 0.0) if x in (p, t) else ok,
          [host("RdmaHostUnreachable", "critical", nx, fault="host")]),
+        # As the lab shows it (tests/multihost-prometheus, `link hK down`): its peers time out
+        # connecting to it, while its own UD probes fail at its DOWN port (rdma) for the
+        # 20-odd seconds before their reconnects time out too.
+        (f"{x}'s fabric link down, its own probes failing at rdma: RdmaHostUnreachable only",
+         lambda p, t: (3, 1.0, 0.0) if p == x else ((2, 1.0, 0.0) if t == x else ok),
+         [host("RdmaHostUnreachable", "critical", nx, fault="host")]),
     ] + ([
         # Half the mesh down: each survivor fails to 2 of its 3 targets, a majority, yet it is
         # not the culprit: the targets most of whose probers fail are left out first.
