@@ -537,10 +537,11 @@ impl UdEndpoint {
                 "the UD endpoint stopped",
             ));
         }
-        // The thread always answers by the deadline; the margin covers its idle wait.
+        // The thread answers by the deadline, or by the reply timeout of a request still
+        // out at the deadline (a lossy path often has one); the margin covers its idle wait.
         PendingRun {
             rx,
-            give_up: deadline.max(Instant::now()) + IDLE_WAIT * 10,
+            give_up: deadline.max(Instant::now()) + timeout + IDLE_WAIT * 10,
             done: None,
         }
     }
