@@ -691,9 +691,11 @@ PAIR_RULES = [
     # Latency: a pair above its baseline (relative and absolute); a prober with most of its
     # pairs slow is loaded itself (a busy host slows all it measures) and proves nothing about
     # its targets; a target most of whose other probers see it slow is a slow host.
+    # Only pairs that are up: a down pair's last latency is from before its fault.
     ("rdma:probe_pair_latency_high",
      f"(rdma:probe_pair_latency_seconds:typical > {MESH_LATENCY_FACTOR} * rdma:probe_pair_latency_seconds:baseline1d)\n"
-     f"and (rdma:probe_pair_latency_seconds:typical - rdma:probe_pair_latency_seconds:baseline1d > {MESH_LATENCY_MIN_DELTA})"),
+     f"and (rdma:probe_pair_latency_seconds:typical - rdma:probe_pair_latency_seconds:baseline1d > {MESH_LATENCY_MIN_DELTA})\n"
+     "and on (job, instance, peer) (rdma:probe_pair_status == 0)"),
     ("rdma:probe_prober_latency_loaded",
      "count by (job, prober) (rdma:probe_pair_latency_high) * 2\n"
      "> count by (job, prober) (rdma:probe_pair_latency_seconds:typical)"),
@@ -702,7 +704,9 @@ PAIR_RULES = [
      + majority("count by (job, target) (rdma:probe_pair_latency_high unless on (job, prober) rdma:probe_prober_latency_loaded)",
                 "count by (job, target) (rdma:probe_pair_latency_seconds:typical unless on (job, prober) rdma:probe_prober_latency_loaded)",
                 "job, target").replace("\n", "\n  ")
-     + '\n, "host", "$1", "target", "(.*)"), "a", "$1", "host", "(.*)"), "b", "$1", "host", "(.*)"))'),
+     + '\n, "host", "$1", "target", "(.*)"), "a", "$1", "host", "(.*)"), "b", "$1", "host", "(.*)"))\n'
+     # A host already named for a failure or loss is named for that alone.
+     'unless on (job, host) rdma:probe_host_culprit'),
 ]
 
 

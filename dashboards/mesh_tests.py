@@ -201,6 +201,12 @@ def latency_faults(m):
          [alert("RdmaPairLatencyAboveBaseline", "warning", a=m.name(a), b=m.name(b))]),
         (f"{a} -> {b} 100 us slower (5x its baseline, under the 200 us floor): no alert",
          lambda p, t: BASE_RTT + 0.0001 if (p, t) == (a, b) else BASE_RTT, []),
+        # As the lab's kill-rdmad showed it: the pairs to the host are down (agent) with a
+        # last latency from before, its own probes slow: named for the failure alone.
+        (f"rdmad on {x} refusing, every pair with it 2 ms slower: RdmaAgentDown only",
+         lambda p, t: BASE_RTT + 0.002 if x in (p, t) else BASE_RTT,
+         [host("RdmaAgentDown", "warning", m.name(x), fault="agent")],
+         lambda p, t: 1 if t == x else 0),
     ]
 
 
@@ -215,7 +221,8 @@ def render_latency():
     sel = f'ALERTS{{alertstate="firing", alertname=~"{MESH_ALERTS}"}}'
     for n, lab in ((4, False), (3, True)):
         m = Mesh(n, lab)
-        for title, rtt, want in latency_faults(m):
+        for title, rtt, want, *st in latency_faults(m):
+            status = st[0] if st else (lambda p, t: 0)
             out += [f"  # {n} hosts: {title}", "  - interval: 1m", "    input_series:"]
             for p in m.hosts:
                 for t in m.hosts:
@@ -223,7 +230,7 @@ def render_latency():
                         continue
                     base = f'{m.prober_labels(p)}, device="rxe0", {m.peer_labels(t)}, peer_rack=""'
                     out += [f"      - series: 'rdma_probe_peer_status{{{base}}}'",
-                            f"        values: '0x{DAY + LAT_FAULT}'",
+                            f"        values: '0x{DAY} {status(p, t)}x{LAT_FAULT}'",
                             f"      - series: 'rdma_probe_latency_last_seconds{{{base}, port=\"1\", "
                             f"op=\"send\", kind=\"peer\", transport=\"ud\", stat=\"typical\"}}'",
                             f"        values: '{BASE_RTT}x{DAY} {rtt(p, t):.6g}x{LAT_FAULT}'"]
