@@ -7,9 +7,7 @@
 //! `CounterProbe`) and `rdma resource show` counts (its nldev reader) before and after the
 //! run, and at the program's `lab_checkpoint()` when it stops itself there. The verdict
 //! rests on that and the exit code, never on the program's printed lines. `verify` is CI's:
-//! every reference solution must pass and every starter must fail, all in one boot (and
-//! one boot of the two-host lab for the exercises that run between h1 and h2: there each
-//! host runs its side under its own observer, and each host's rxe0 is judged).
+//! every reference solution must pass and every starter must fail, all in one boot.
 use anyhow::{bail, Context as _};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,38 +38,12 @@ struct Exercise {
     task: &'static str,
     starter: &'static str,
     solution: &'static str,
-    /// What the run must show on rxe0 (besides exit 0 and nothing left behind); for a
-    /// two-host exercise, on h1.
+    /// What the run must show on rxe0 (besides exit 0 and nothing left behind).
     expect: &'static [Behaviour],
-    /// Runs between h1 and h2 of the multi-host lab instead of on one VM.
-    two: Option<TwoHosts>,
-}
-
-/// A two-host exercise: what each host runs, as a shell script in which `$PROG` is the
-/// program and `$PORT` a TCP port of its own, each under the observer on that host.
-struct TwoHosts {
-    h1: &'static str,
-    h2: &'static str,
-    /// What h2's run must show on its rxe0 (besides exit 0 and nothing left behind).
-    h2_expect: &'static [Behaviour],
-}
-
-impl Exercise {
-    /// Two-host exercises use librdmacm.
-    fn libs(&self) -> &'static [&'static str] {
-        if self.two.is_some() {
-            &["-libverbs", "-lrdmacm"]
-        } else {
-            &["-libverbs"]
-        }
-    }
 }
 
 macro_rules! exercise {
     ($name:literal, $chapter:expr, $task:literal, $expect:expr) => {
-        exercise!($name, $chapter, $task, $expect, None)
-    };
-    ($name:literal, $chapter:expr, $task:literal, $expect:expr, $two:expr) => {
         Exercise {
             name: $name,
             chapter: $chapter,
@@ -79,7 +51,6 @@ macro_rules! exercise {
             starter: include_str!(concat!("../../../lessons/exercises/", $name, ".starter.c")),
             solution: include_str!(concat!("../../../lessons/exercises/", $name, ".solution.c")),
             expect: $expect,
-            two: $two,
         }
     };
 }
@@ -138,55 +109,7 @@ const EXERCISES: &[Exercise] = &[
             Still("rcvd_rnr_err")
         ]
     ),
-    exercise!(
-        "16-credit-flow",
-        16,
-        "two hosts: real credit messages, 32 SENDs through 4 receives, rnr_retry 0",
-        // h1, the sender: 32 SENDs completed, never an RNR NAK back.
-        &[AtLeast("rdma_sends", 32), Still("rcvd_rnr_err")],
-        Some(TwoHosts {
-            h1: "exec $PROG client 10.2.0.2 $PORT",
-            h2: "exec $PROG server $PORT",
-            // h2, the receiver: 32 receives consumed, never an RNR NAK sent.
-            h2_expect: &[AtLeast("rdma_recvs", 32), Still("send_rnr_err")],
-        })
-    ),
-    exercise!(
-        "16-killed-client",
-        16,
-        "two hosts: a server that survives a client killed mid-transfer",
-        // h1: the killed client's 6 SENDs or more, and the second client's 10.
-        &[AtLeast("rdma_sends", 16)],
-        Some(TwoHosts {
-            h1: KILLED_CLIENT_H1,
-            h2: "exec $PROG server $PORT",
-            // h2: both clients' SENDs consumed; after both connections ended, at the
-            // server's checkpoint, nothing of theirs is held.
-            h2_expect: &[AtLeast("rdma_recvs", 16), ReleasedAtCheckpoint],
-        })
-    ),
 ];
-
-/// h1's side of 16-killed-client: a client that sends forever, killed with SIGKILL once
-/// it has sent 6 messages (the wait is bounded), then a client that sends 10. Exits 0
-/// when the first was killed and the second was served.
-const KILLED_CLIENT_H1: &str = r#"log=/tmp/killed-client.$PORT.log
-$PROG client 10.2.0.2 $PORT 100000 20 > $log 2>&1 &
-pid=$!
-i=0
-until grep -q 'message 5 sent' $log; do
-    i=$((i + 1))
-    if [ $i -gt 1500 ] || ! kill -0 $pid 2>/dev/null; then
-        echo "the first client never sent 6 messages:"; cat $log; kill -9 $pid; exit 1
-    fi
-    sleep 0.1
-done
-kill -9 $pid
-wait $pid
-killed=$?
-tail -n 2 $log
-[ $killed = 137 ] || { echo "the first client was not killed (exit $killed)"; exit 1; }
-exec $PROG client 10.2.0.2 $PORT 10 0"#;
 
 /// The headers the exercises include.
 const HEADERS: &[(&str, &str)] = &[
@@ -226,9 +149,6 @@ pub enum ExerciseCommand {
         /// The RDMA device to watch.
         #[arg(long, default_value = "rxe0")]
         device: String,
-        /// Kill PROG after this many seconds (it is judged on what it did until then).
-        #[arg(long, default_value_t = 60)]
-        limit: u64,
         /// The program and its arguments.
         #[arg(last = true, required = true)]
         prog: Vec<String>,
@@ -309,7 +229,7 @@ fn find(name: &str) -> anyhow::Result<&'static Exercise> {
 }
 
 /// Compile `src` with the course's flags into `out` (headers next to `src`).
-fn compile(src: &Path, out: &Path, libs: &[&str]) -> anyhow::Result<Result<(), String>> {
+fn compile(src: &Path, out: &Path) -> anyhow::Result<Result<(), String>> {
     let dir = src.parent().unwrap_or(Path::new("."));
     for (name, text) in HEADERS {
         std::fs::write(dir.join(name), text)
@@ -319,9 +239,9 @@ fn compile(src: &Path, out: &Path, libs: &[&str]) -> anyhow::Result<Result<(), S
         .args(["-Wall", "-Wextra", "-Werror", "-O2", "-o"])
         .arg(out)
         .arg(src)
-        .args(libs)
+        .arg("-libverbs")
         .output()
-        .context("running gcc (needs gcc, libibverbs-dev and librdmacm-dev)")?;
+        .context("running gcc (needs gcc and libibverbs-dev)")?;
     if r.status.success() {
         Ok(Ok(()))
     } else {
@@ -351,24 +271,9 @@ fn run_in_lab(bins: &[(String, PathBuf)]) -> anyhow::Result<Vec<(String, Observe
         .output()
         .context("running rdmactl lab run")?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let results = sections(text.lines());
-    if results.len() != bins.len() {
-        bail!(
-            "the lab run gave {} of {} results (exit {:?}):\n{text}",
-            results.len(),
-            bins.len(),
-            out.status.code()
-        );
-    }
-    Ok(results)
-}
-
-/// The `=== LABEL` ... `=== exit N` sections of the observer script's output: label ->
-/// (what the observer saw, the program's own output).
-fn sections<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<(String, Observed, String)> {
     let mut results = Vec::new();
     let mut cur: Option<(String, String)> = None;
-    for line in lines {
+    for line in text.lines() {
         if let Some(code) = line.strip_prefix("=== exit ") {
             if let Some((label, mut output)) = cur.take() {
                 let mut seen = Observed::parse(&mut output);
@@ -386,106 +291,20 @@ fn sections<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<(String, Observed, 
             output.push('\n');
         }
     }
-    results
-}
-
-/// One two-host run: its label, the program, and the scripts h1 and h2 run.
-struct TwoHostRun {
-    label: String,
-    bin: PathBuf,
-    h1: String,
-    h2: String,
-}
-
-/// What one two-host run did on each host: (label, h1's, h2's), each (observed, output).
-type TwoHostResult = (String, (Observed, String), (Observed, String));
-
-/// Run each two-host exercise run in one boot of a two-host lab: on h2 the run's h2
-/// script, on h1 its h1 script, each under that host's observer, one run after the other
-/// in the same order on both hosts (each run has its own port; a client waits for its
-/// server by trying again to connect).
-fn run_two_hosts(dir: &Path, runs: &[TwoHostRun]) -> anyhow::Result<Vec<TwoHostResult>> {
-    let exe = std::env::current_exe().context("finding rdmactl")?;
-    let mut cmd = Command::new(&exe);
-    cmd.args(["lab", "run", "--hosts", "2", "--timeout", "1200"]);
-    let mut script = String::new();
-    for (i, r) in runs.iter().enumerate() {
-        let guest = format!("/opt/rdma/extra/{}", r.label);
-        let port = 7600 + i;
-        cmd.arg("--add").arg(format!("{}:{guest}", r.bin.display()));
-        for (host, body) in [("h1", &r.h1), ("h2", &r.h2)] {
-            let file = dir.join(format!("{}.{host}.sh", r.label));
-            std::fs::write(&file, format!("PROG={guest}\nPORT={port}\n{body}\n"))
-                .with_context(|| format!("writing {}", file.display()))?;
-            cmd.arg("--add")
-                .arg(format!("{}:{guest}.{host}.sh", file.display()));
-        }
-        script.push_str(&format!(
-            "echo '=== {label}'; /opt/rdma/bin/rdmactl lesson exercise observe --limit 240 --device rxe0 -- sh {guest}.$LAB_HOST.sh 2>&1; echo \"=== exit $?\"\n",
-            label = r.label
-        ));
-    }
-    cmd.args(["--", "sh", "-c", &script]);
-    let out = cmd
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running rdmactl lab run --hosts 2")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let host_lines = |host: &str| {
-        let prefix = format!("{host}: ");
-        text.lines()
-            .filter_map(|l| l.strip_prefix(&prefix))
-            .map(str::to_string)
-            .collect::<Vec<String>>()
-    };
-    let (h1, h2) = (host_lines("h1"), host_lines("h2"));
-    let h1 = sections(h1.iter().map(String::as_str));
-    let h2 = sections(h2.iter().map(String::as_str));
-    if h1.len() != runs.len() || h2.len() != runs.len() {
+    if results.len() != bins.len() {
         bail!(
-            "the two-host lab run gave {} (h1) and {} (h2) of {} results (exit {:?}):\n{text}",
-            h1.len(),
-            h2.len(),
-            runs.len(),
+            "the lab run gave {} of {} results (exit {:?}):\n{text}",
+            results.len(),
+            bins.len(),
             out.status.code()
         );
     }
-    Ok(h1
-        .into_iter()
-        .zip(h2)
-        .map(|((label, o1, out1), (_, o2, out2))| (label, (o1, out1), (o2, out2)))
-        .collect())
-}
-
-/// Judge a two-host run: h1 by `expect`, h2 by `h2_expect`; report lines say which host.
-fn judge_two(
-    e: &Exercise,
-    h1: &Observed,
-    h2: &Observed,
-    report: &mut Vec<String>,
-) -> anyhow::Result<bool> {
-    let two = e.two.as_ref().context("not a two-host exercise")?;
-    let mut ok = true;
-    for (host, seen, expect) in [("h1", h1, e.expect), ("h2", h2, two.h2_expect)] {
-        let mut lines = Vec::new();
-        ok &= judge_against(expect, seen, &mut lines);
-        report.extend(
-            lines
-                .into_iter()
-                .map(|l| l.replacen("  [", &format!("  {host} ["), 1)),
-        );
-    }
-    Ok(ok)
+    Ok(results)
 }
 
 /// What passed and what did not, one line each; true when everything passed. Judges only
 /// what the observer saw the program do, never what it printed.
 fn judge(e: &Exercise, seen: &Observed, report: &mut Vec<String>) -> bool {
-    judge_against(e.expect, seen, report)
-}
-
-/// `judge` with the behaviours given.
-fn judge_against(expect: &[Behaviour], seen: &Observed, report: &mut Vec<String>) -> bool {
     let mut ok = true;
     let mut item = |pass: bool, what: String| {
         report.push(format!("  [{}] {what}", if pass { "pass" } else { "FAIL" }));
@@ -503,7 +322,7 @@ fn judge_against(expect: &[Behaviour], seen: &Observed, report: &mut Vec<String>
             counts(&seen.res_after)
         ),
     );
-    for b in expect {
+    for b in e.expect {
         match *b {
             AtLeast(name, min) => {
                 let got = seen.counters.get(name);
@@ -570,7 +389,7 @@ fn counts(res: &BTreeMap<String, u64>) -> String {
 /// resource counts around it (and at its checkpoint, when it stops itself there), print
 /// what was seen as `@@obs` lines. Exits 0 when it could observe, whatever the program did.
 #[cfg(feature = "verbs")]
-fn observe(device: &str, prog: &[String], limit: u64) -> anyhow::Result<ExitCode> {
+fn observe(device: &str, prog: &[String]) -> anyhow::Result<ExitCode> {
     use rdma_experiments::observe::{changes, resources, CounterProbe};
     use std::time::{Duration, Instant};
 
@@ -586,16 +405,15 @@ fn observe(device: &str, prog: &[String], limit: u64) -> anyhow::Result<ExitCode
         .spawn()
         .with_context(|| format!("running {first}"))?;
     let pid = child.id();
-    // Bounded: an exercise that hangs is killed after `limit` seconds (a minute unless
-    // told) and judged on what it did.
-    let deadline = Instant::now() + Duration::from_secs(limit);
+    // Bounded: an exercise that hangs is killed after a minute and judged on what it did.
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut checkpoint = None;
     let status = loop {
         if let Some(st) = child.try_wait()? {
             break st;
         }
         if Instant::now() > deadline {
-            println!("{OBS}error {first} ran longer than {limit} s: killed");
+            println!("{OBS}error {first} ran longer than 60 s: killed");
             child.kill()?;
             break child.wait()?;
         }
@@ -634,7 +452,7 @@ fn observe(device: &str, prog: &[String], limit: u64) -> anyhow::Result<ExitCode
 }
 
 #[cfg(not(feature = "verbs"))]
-fn observe(_device: &str, _prog: &[String], _limit: u64) -> anyhow::Result<ExitCode> {
+fn observe(_device: &str, _prog: &[String]) -> anyhow::Result<ExitCode> {
     bail!("`lesson exercise observe` needs rdmactl built with the verbs feature (the lab's is)")
 }
 
@@ -691,7 +509,7 @@ pub fn run(cmd: ExerciseCommand) -> anyhow::Result<ExitCode> {
             }
             let bin = dir.join(e.name);
             let mut report = Vec::new();
-            let passed = match compile(&src, &bin, e.libs())? {
+            let passed = match compile(&src, &bin)? {
                 Err(msg) => {
                     report.push(format!(
                         "  [FAIL] compiles with -Wall -Wextra -Werror:\n{msg}"
@@ -700,28 +518,10 @@ pub fn run(cmd: ExerciseCommand) -> anyhow::Result<ExitCode> {
                 }
                 Ok(()) => {
                     report.push("  [pass] compiles with -Wall -Wextra -Werror".into());
-                    if let Some(two) = &e.two {
-                        let scripts = tempdir()?;
-                        let r = run_two_hosts(
-                            &scripts,
-                            &[TwoHostRun {
-                                label: e.name.to_string(),
-                                bin,
-                                h1: two.h1.to_string(),
-                                h2: two.h2.to_string(),
-                            }],
-                        );
-                        let _ = std::fs::remove_dir_all(&scripts);
-                        let (_, (o1, out1), (o2, out2)) = &r?[0];
-                        println!("--- output on h1:\n{}", out1.trim_end());
-                        println!("--- output on h2:\n{}", out2.trim_end());
-                        judge_two(e, o1, o2, &mut report)?
-                    } else {
-                        let r = run_in_lab(&[(e.name.to_string(), bin)])?;
-                        let (_, seen, output) = &r[0];
-                        println!("--- output in the lab:\n{}", output.trim_end());
-                        judge(e, seen, &mut report)
-                    }
+                    let r = run_in_lab(&[(e.name.to_string(), bin)])?;
+                    let (_, seen, output) = &r[0];
+                    println!("--- output in the lab:\n{}", output.trim_end());
+                    judge(e, seen, &mut report)
                 }
             };
             println!("{} (chapter {}):", e.name, e.chapter);
@@ -742,97 +542,56 @@ pub fn run(cmd: ExerciseCommand) -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        ExerciseCommand::Observe {
-            device,
-            limit,
-            prog,
-        } => observe(&device, &prog, limit),
+        ExerciseCommand::Observe { device, prog } => observe(&device, &prog),
         ExerciseCommand::Verify => {
             let dir = tempdir()?;
-            let r = verify(&dir);
+            let mut bins = Vec::new();
+            for e in EXERCISES {
+                for (kind, text) in [("solution", e.solution), ("starter", e.starter)] {
+                    let src = dir.join(format!("{}.{kind}.c", e.name));
+                    std::fs::write(&src, text)?;
+                    let bin = dir.join(format!("{}.{kind}", e.name));
+                    if let Err(msg) = compile(&src, &bin)? {
+                        bail!("{}'s {kind} does not compile:\n{msg}", e.name);
+                    }
+                    bins.push((format!("{}.{kind}", e.name), bin));
+                }
+            }
+            let results = run_in_lab(&bins)?;
+            let mut wrong = 0;
+            for (label, seen, output) in &results {
+                let (name, kind) = label.rsplit_once('.').unwrap_or((label, ""));
+                let e = find(name)?;
+                let mut report = Vec::new();
+                let passed = judge(e, seen, &mut report);
+                let right = passed == (kind == "solution");
+                println!(
+                    "{} {label}: {}",
+                    if right { "ok  " } else { "WRONG" },
+                    if passed { "passes" } else { "fails" }
+                );
+                if right {
+                    // What the verdict rests on, so a log shows why each one passed or failed.
+                    for l in report.iter().filter(|l| l.contains("[FAIL]") || passed) {
+                        println!("    {}", l.trim_start());
+                    }
+                } else {
+                    wrong += 1;
+                    println!("{}\n{}", report.join("\n"), output.trim_end());
+                }
+            }
             let _ = std::fs::remove_dir_all(&dir);
-            r
+            println!(
+                "exercise-verify: {} exercises, {wrong} wrong",
+                EXERCISES.len()
+            );
+            Ok(if wrong == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
     }
-}
-
-/// `verify`: every solution passes and every starter fails; the one-host exercises in one
-/// lab boot, the two-host ones in one boot of two hosts.
-fn verify(dir: &Path) -> anyhow::Result<ExitCode> {
-    let mut bins = Vec::new();
-    let mut runs = Vec::new();
-    for e in EXERCISES {
-        for (kind, text) in [("solution", e.solution), ("starter", e.starter)] {
-            let src = dir.join(format!("{}.{kind}.c", e.name));
-            std::fs::write(&src, text)?;
-            let bin = dir.join(format!("{}.{kind}", e.name));
-            if let Err(msg) = compile(&src, &bin, e.libs())? {
-                bail!("{}'s {kind} does not compile:\n{msg}", e.name);
-            }
-            let label = format!("{}.{kind}", e.name);
-            match &e.two {
-                None => bins.push((label, bin)),
-                Some(two) => runs.push(TwoHostRun {
-                    label,
-                    bin,
-                    h1: two.h1.to_string(),
-                    h2: two.h2.to_string(),
-                }),
-            }
-        }
-    }
-    // (label, verdict, report, the programs' output)
-    let mut verdicts: Vec<(String, bool, Vec<String>, String)> = Vec::new();
-    for (label, seen, output) in run_in_lab(&bins)? {
-        let e = find(label.rsplit_once('.').map_or(label.as_str(), |(n, _)| n))?;
-        let mut report = Vec::new();
-        let passed = judge(e, &seen, &mut report);
-        verdicts.push((label, passed, report, output));
-    }
-    if !runs.is_empty() {
-        for (label, (o1, out1), (o2, out2)) in run_two_hosts(dir, &runs)? {
-            let e = find(label.rsplit_once('.').map_or(label.as_str(), |(n, _)| n))?;
-            let mut report = Vec::new();
-            let passed = judge_two(e, &o1, &o2, &mut report)?;
-            let output = format!("--- h1:\n{}--- h2:\n{}", out1, out2);
-            verdicts.push((label, passed, report, output));
-        }
-    }
-    let mut wrong = 0;
-    for (label, passed, report, output) in &verdicts {
-        let kind = label.rsplit_once('.').map_or("", |(_, k)| k);
-        let right = *passed == (kind == "solution");
-        println!(
-            "{} {label}: {}",
-            if right { "ok  " } else { "WRONG" },
-            if *passed { "passes" } else { "fails" }
-        );
-        if right {
-            // What the verdict rests on, so a log shows why each one passed or failed.
-            for l in report.iter().filter(|l| l.contains("[FAIL]") || *passed) {
-                println!("    {}", l.trim_start());
-            }
-        } else {
-            wrong += 1;
-            println!("{}\n{}", report.join("\n"), output.trim_end());
-        }
-    }
-    if verdicts.len() != 2 * EXERCISES.len() {
-        bail!(
-            "{} verdicts for {} exercises",
-            verdicts.len(),
-            EXERCISES.len()
-        );
-    }
-    println!(
-        "exercise-verify: {} exercises, {wrong} wrong",
-        EXERCISES.len()
-    );
-    Ok(if wrong == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }
 
 fn tempdir() -> anyhow::Result<PathBuf> {
@@ -936,47 +695,5 @@ mod tests {
         r.clear();
         assert!(!judge(e, &o, &mut r));
         assert!(r.iter().any(|l| l.contains("pd +1, cq +1")), "{r:?}");
-    }
-
-    #[test]
-    fn two_host_exercises_are_judged_on_both_hosts() {
-        let e = find("16-credit-flow").unwrap();
-        assert!(e.two.is_some());
-        assert_eq!(e.libs(), &["-libverbs", "-lrdmacm"]);
-        assert_eq!(find("13-credits").unwrap().libs(), &["-libverbs"]);
-        let h1 = "@@obs counter rdma_sends 32\n@@obs counter rcvd_rnr_err 0\n@@obs res qp 0 0\n@@obs exit 0\n";
-        let h2 = "@@obs counter rdma_recvs 32\n@@obs counter send_rnr_err 0\n@@obs res qp 0 0\n@@obs exit 0\n";
-        let mut r = Vec::new();
-        let (o1, _) = observed(h1);
-        let (o2, _) = observed(h2);
-        assert!(judge_two(e, &o1, &o2, &mut r).unwrap(), "{r:?}");
-        assert!(r.iter().any(|l| l.starts_with("  h1 [pass]")));
-        assert!(r.iter().any(|l| l.starts_with("  h2 [pass]")));
-        // The receiver answered with an RNR NAK: h2 fails, so the exercise does.
-        let (bad, _) = observed(&h2.replace("send_rnr_err 0", "send_rnr_err 1"));
-        r.clear();
-        assert!(!judge_two(e, &o1, &bad, &mut r).unwrap());
-        assert!(
-            r.iter()
-                .any(|l| l.starts_with("  h2 [FAIL] rxe0 send_rnr_err")),
-            "{r:?}"
-        );
-        // The sender exited 1 (its SEND failed): h1 fails.
-        let (bad, _) = observed(&h1.replace("exit 0", "exit 1"));
-        assert!(!judge_two(e, &bad, &o2, &mut r).unwrap());
-        // A one-host exercise is not judged as two.
-        assert!(judge_two(find("13-credits").unwrap(), &o1, &o2, &mut r).is_err());
-    }
-
-    #[test]
-    fn sections_split_the_observer_script_output() {
-        let text = "=== a.solution\nhello\n@@obs exit 0\n=== exit 0\n=== a.starter\n@@obs exit 1\n=== exit 3\n";
-        let s = sections(text.lines());
-        assert_eq!(s.len(), 2);
-        assert_eq!(s[0].0, "a.solution");
-        assert_eq!(s[0].1.code, 0);
-        assert_eq!(s[0].2, "hello\n");
-        assert_eq!(s[1].1.code, 1);
-        assert_eq!(s[1].1.errors, vec!["the observer exited 3".to_string()]);
     }
 }
