@@ -28,7 +28,7 @@ enum LessonCommand {
     },
     /// Print one chapter, with its C example inlined.
     Show {
-        /// Chapter number (1-14) or slug (e.g. 3, 03, memory-registration).
+        /// Chapter number (see `lesson list`) or slug (e.g. 3, 03, memory-registration).
         chapter: String,
         /// Language of the chapter.
         #[arg(long, value_enum, default_value_t = Lang::En)]
@@ -36,7 +36,7 @@ enum LessonCommand {
     },
     /// Print the answers to one chapter's exercises (kept apart from the questions).
     Answers {
-        /// Chapter number (1-13) or slug.
+        /// Chapter number (a chapter with exercises) or slug.
         chapter: String,
         /// Language of the answers.
         #[arg(long, value_enum, default_value_t = Lang::En)]
@@ -129,7 +129,7 @@ macro_rules! chapter {
 
 /// The chapters, in order. `stringify!` keeps the leading zero of `01`..`09`.
 #[allow(clippy::zero_prefixed_literal)]
-const CHAPTERS: [Chapter; 14] = [
+const CHAPTERS: [Chapter; 16] = [
     chapter!(01, "why-rdma"),
     chapter!(02, "architecture"),
     chapter!(03, "memory-registration"),
@@ -144,6 +144,8 @@ const CHAPTERS: [Chapter; 14] = [
     chapter!(12, "api-breadth"),
     chapter!(13, "design-patterns"),
     chapter!(14, "tools"),
+    chapter!(15, "threads"),
+    chapter!(16, "event-driven-server"),
 ];
 
 macro_rules! code {
@@ -180,6 +182,8 @@ const CODE: &[(&str, &str)] = &[
     code!("12_wr_api.c"),
     code!("12_fence_events.c"),
     code!("13_tos.c"),
+    code!("15_threads.c"),
+    code!("16_cq_events.c"),
 ];
 
 /// The experiments `rdmactl experiment run <name>` provides (the one list, in rdmakit's
@@ -433,7 +437,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(answered, 26, "13 chapters with exercises, in two languages");
+        assert_eq!(answered, 30, "15 chapters with exercises, in two languages");
     }
     use std::path::PathBuf;
 
@@ -663,7 +667,9 @@ mod tests {
         assert_eq!(find("12").unwrap().slug, "api-breadth");
         assert_eq!(find("13").unwrap().slug, "design-patterns");
         assert_eq!(find("14").unwrap().slug, "tools");
-        assert!(find("15").is_err());
+        assert_eq!(find("15").unwrap().slug, "threads");
+        assert_eq!(find("16").unwrap().slug, "event-driven-server");
+        assert!(find(&(CHAPTERS.len() + 1).to_string()).is_err());
         assert!(find("nope").is_err());
     }
 

@@ -478,3 +478,60 @@ fn ch13_tos_from_rdma_set_option_and_from_configfs() {
         .expect("  client QP traffic class 106 = DSCP 26, ECN 2;");
     drop(cfs);
 }
+
+/// Chapter 15: four sender threads, each with its own QP pair, one CQ shared by all,
+/// three pollers on it at once: every completion taken exactly once, every SEND counted
+/// by rxe0; rxe has neither thread domains nor parent domains.
+#[test]
+fn ch15_threads_one_qp_each_one_cq_many_pollers() {
+    let before = live_tests::sysfs_hw_counter(LAB_DEVICE, 1, "rdma_sends");
+    let r = run_ok("15_threads", &[]);
+    r.expect("thread domain: ibv_alloc_td: Operation not supported (errno 95)\n")
+        .expect("parent domain: ibv_alloc_parent_domain: Operation not supported (errno 95)\n")
+        .expect("4 sender threads, one RC QP pair each, 1000 SENDs of 32 bytes each")
+        .expect("pollers: 8000 completions between them, 8000 expected\n")
+        .expect(
+            "senders: 4000 SENDs completed, 4000 receives completed, each once with its payload\n",
+        );
+    // The pollers' own counts add up to every completion, whoever took which.
+    let took: Vec<u64> = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("poller "))
+        .map(|l| {
+            let n = l.split(" took ").nth(1).and_then(|t| t.split(' ').next());
+            n.and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("bad poller line {l:?}"))
+        })
+        .collect();
+    assert_eq!(took.len(), 3, "three pollers:\n{}", r.stdout);
+    assert_eq!(took.iter().sum::<u64>(), 8000);
+    // Other tests may send at the same time: at least the program's 4000 SENDs.
+    let sends = live_tests::sysfs_hw_counter(LAB_DEVICE, 1, "rdma_sends") - before;
+    assert!(sends >= 4000, "FAIL: rxe0 counted {sends} SENDs");
+}
+
+/// Chapter 16: the missed event shown on purpose (a completion that arrived before the
+/// re-arm raises no event; the poll after the re-arm finds it), then the event loop of
+/// get / re-arm / poll with batched acknowledgements sees every one of 2000 receives.
+#[test]
+fn ch16_cq_events_missed_event_and_the_rearm_loop() {
+    let r = run_ok("16_cq_events", &[]);
+    r.expect("   event for message 0; polled until empty: 1 completion\n")
+        .expect("   epoll_wait: no event in 2 s, with a completion waiting in the CQ\n")
+        .expect("   the poll after the re-arm finds it: 1 completion\n")
+        .expect("   2000 of 2000 receives seen in ");
+    // "events got N, acknowledged in M calls, async events 0": every event acknowledged,
+    // in batches (never more calls than events), none from the async fd.
+    let line = r.line("events got ");
+    let nums: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse().unwrap())
+        .collect();
+    assert_eq!(nums.len(), 3, "{line}");
+    let (events, calls, async_events) = (nums[0], nums[1], nums[2]);
+    assert!(events >= 2, "one event per part at least: {line}");
+    assert!(calls >= 1 && calls <= events, "{line}");
+    assert_eq!(async_events, 0, "{line}");
+}

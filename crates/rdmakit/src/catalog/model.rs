@@ -276,13 +276,18 @@ spelled_enum! {
         DesignPatterns => "design-patterns",
         /// Chapter 14, the appendix on the project's tools.
         Tools => "tools",
+        /// Chapter 15.
+        Threads => "threads",
+        /// Chapter 16, the capstone.
+        EventDrivenServer => "event-driven-server",
     }
 }
 
 impl Lesson {
-    /// The chapter number (1 for why-rdma ... 14 for the tools appendix).
+    /// The chapter number (1 for why-rdma ... 14 for the tools appendix, then the later
+    /// chapters in order).
     pub fn chapter(self) -> u8 {
-        // ALL is in chapter order and has 14 entries, so the index always fits.
+        // ALL is in chapter order and has fewer than 256 entries, so the index always fits.
         Lesson::ALL
             .iter()
             .position(|l| *l == self)
