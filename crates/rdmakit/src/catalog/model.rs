@@ -276,13 +276,18 @@ spelled_enum! {
         DesignPatterns => "design-patterns",
         /// Chapter 14, the appendix on the project's tools.
         Tools => "tools",
+        /// Chapter 17, debugging.
+        Debugging => "debugging",
     }
 }
 
 impl Lesson {
-    /// The chapter number (1 for why-rdma ... 14 for the tools appendix).
+    /// The chapter number (1 for why-rdma ... 14 for the tools appendix, 17 for debugging).
     pub fn chapter(self) -> u8 {
-        // ALL is in chapter order and has 14 entries, so the index always fits.
+        if self == Lesson::Debugging {
+            return 17;
+        }
+        // ALL is in chapter order, so the index always fits.
         Lesson::ALL
             .iter()
             .position(|l| *l == self)
