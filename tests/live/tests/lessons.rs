@@ -524,7 +524,7 @@ fn ch06_gather_scatter_and_rereg_mr() {
     let r = run_ok("06_sge_rereg", &[]);
     r.expect("1. SEND of 3 SGEs (8 + 8 + 8 bytes): B received 24 bytes")
         .expect("   B's first SGE (8 bytes): \"HEADER1|\"; second SGE: \"payload|trailer\"")
-        .expect("2. ibv_post_send with 4 SGEs on a QP created for 3: refused");
+        .expect("2. ibv_post_send with one SGE more than the QP's max_send_sge: refused");
     // What rxe does with each kind of re-registration, as chapter 3 and 6 quote it.
     for (line, want) in REREG_ON_RXE {
         assert!(
