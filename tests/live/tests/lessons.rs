@@ -550,7 +550,7 @@ fn ch08_idle_connection_learns_of_a_dead_peer_only_when_it_sends() {
 }
 
 /// The lines of one branch of 17_triage (its title line and the indented lines after it).
-fn triage_branch<'a>(r: &'a Run, title: &str) -> String {
+fn triage_branch(r: &Run, title: &str) -> String {
     let mut lines = r.stdout.lines().skip_while(|l| !l.starts_with(title));
     let head = lines
         .next()
