@@ -129,7 +129,7 @@ macro_rules! chapter {
 
 /// The chapters, in order. `stringify!` keeps the leading zero of `01`..`09`.
 #[allow(clippy::zero_prefixed_literal)]
-const CHAPTERS: [Chapter; 16] = [
+const CHAPTERS: [Chapter; 17] = [
     chapter!(01, "why-rdma"),
     chapter!(02, "architecture"),
     chapter!(03, "memory-registration"),
@@ -146,6 +146,7 @@ const CHAPTERS: [Chapter; 16] = [
     chapter!(14, "tools"),
     chapter!(15, "threads"),
     chapter!(16, "event-driven-server"),
+    chapter!(17, "debugging"),
 ];
 
 macro_rules! code {
@@ -167,11 +168,14 @@ const CODE: &[(&str, &str)] = &[
     code!("04_qp_states.c"),
     code!("05_rc_loopback.c"),
     code!("05_rdma_cm.c"),
+    code!("05_cm_ep.c"),
     code!("05_rc_tcp.c"),
     code!("05_cm_event_loop.c"),
     code!("06_write_read.c"),
+    code!("06_sge_rereg.c"),
     code!("07_gid_table.c"),
     code!("08_wc_errors.c"),
+    code!("08_dead_peer.c"),
     code!("09_teardown.c"),
     code!("10_rkey_check.c"),
     code!("11_counters.c"),
@@ -184,6 +188,7 @@ const CODE: &[(&str, &str)] = &[
     code!("13_tos.c"),
     code!("15_threads.c"),
     code!("16_cq_events.c"),
+    code!("17_triage.c"),
 ];
 
 /// The experiments `rdmactl experiment run <name>` provides (the one list, in rdmakit's
@@ -437,7 +442,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(answered, 30, "15 chapters with exercises, in two languages");
+        assert_eq!(answered, 32, "16 chapters with exercises, in two languages");
     }
     use std::path::PathBuf;
 
@@ -450,7 +455,12 @@ mod tests {
     #[test]
     fn every_chapter_exists_in_both_languages() {
         for (i, c) in CHAPTERS.iter().enumerate() {
-            assert_eq!(c.number as usize, i + 1, "chapters out of order");
+            // In order; a gap is allowed while chapters are written on separate branches.
+            if i > 0 {
+                assert!(c.number > CHAPTERS[i - 1].number, "chapters out of order");
+            } else {
+                assert_eq!(c.number, 1, "the first chapter is 1");
+            }
             for lang in LANGS {
                 let text = c.text(lang);
                 let first = text.lines().next().unwrap_or("");

@@ -46,21 +46,14 @@ impl Run {
     }
 }
 
-/// Run `name rxe0 [extra...]`, kill it after TIME_LIMIT, and require exit 0 and "OK".
-fn run_ok(name: &str, extra: &[&str]) -> Run {
-    let path = examples_dir().join(name);
-    assert!(
-        path.is_file(),
-        "FAIL: example {} is missing: build with tests/lessons-build and add target/lessons-bin/* to /opt/rdma/examples/",
-        path.display()
-    );
-    let mut child = Command::new(&path)
-        .arg(LAB_DEVICE)
-        .args(extra)
+/// Run `cmd` (stdout and stderr captured), kill it after TIME_LIMIT, and fail unless it
+/// finished in time.
+fn run_limited(mut cmd: Command, what: &str) -> Run {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("FAIL: cannot start {}: {e}", path.display()));
+        .unwrap_or_else(|e| panic!("FAIL: cannot start {what}: {e}"));
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
     let out_reader = std::thread::spawn(move || {
@@ -92,10 +85,24 @@ fn run_ok(name: &str, extra: &[&str]) -> Run {
     };
     assert!(
         status.is_some(),
-        "FAIL: {name} did not finish within {TIME_LIMIT:?}.\n--- stdout\n{}\n--- stderr\n{}",
+        "FAIL: {what} did not finish within {TIME_LIMIT:?}.\n--- stdout\n{}\n--- stderr\n{}",
         run.stdout,
         run.stderr
     );
+    run
+}
+
+/// Run `name rxe0 [extra...]`, kill it after TIME_LIMIT, and require exit 0 and "OK".
+fn run_ok(name: &str, extra: &[&str]) -> Run {
+    let path = examples_dir().join(name);
+    assert!(
+        path.is_file(),
+        "FAIL: example {} is missing: build with tests/lessons-build and add target/lessons-bin/* to /opt/rdma/examples/",
+        path.display()
+    );
+    let mut cmd = Command::new(&path);
+    cmd.arg(LAB_DEVICE).args(extra);
+    let run = run_limited(cmd, name);
     assert_eq!(
         run.code,
         Some(0),
@@ -106,6 +113,25 @@ fn run_ok(name: &str, extra: &[&str]) -> Run {
     );
     run.expect("OK\n");
     run
+}
+
+/// Run a shell script as a chapter shows it: the examples and rdmactl on PATH, stderr
+/// folded into stdout (`2>&1`, as the chapter quotes it). The exit code is the script's.
+fn run_sh(script: &str) -> Run {
+    let rdmactl_dir = live_tests::rdmactl_bin()
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let path = format!(
+        "{}:{rdmactl_dir}:{}",
+        examples_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("exec 2>&1\n{script}"))
+        .env("PATH", path);
+    run_limited(cmd, script)
 }
 
 #[test]
@@ -535,3 +561,196 @@ fn ch16_cq_events_missed_event_and_the_rearm_loop() {
     assert!(calls >= 1 && calls <= events, "{line}");
     assert_eq!(async_events, 0, "{line}");
 }
+
+#[test]
+fn ch05_cm_ep_convenience_api_and_what_private_data_the_peer_sees() {
+    let r = run_ok("05_cm_ep", &[]);
+    r.expect("server: listening on 10.0.2.15:7472")
+        .expect("client: rdma_create_ep: device rxe0, QP 0x")
+        // 57 bytes do not fit the REQ's 92 bytes after rdma_cm's 36-byte header.
+        .expect("client: rdma_connect with 57 bytes of private data: refused, errno 22")
+        // The receiver sees the field's fixed size, zero-padded, not the 6 bytes sent.
+        .expect("server: connect request: private_data_len 56; bytes after the last nonzero one: 51; text \"hello\"")
+        .expect("client: established: private_data_len 196; bytes after the last nonzero one: 189; text \"welcome\"")
+        .expect("server: received 64 bytes: \"hello from rdma_post_send\"")
+        .expect("client: received 64 bytes: \"reply from rdma_post_send\"");
+}
+
+#[test]
+fn ch06_gather_scatter_and_rereg_mr() {
+    let r = run_ok("06_sge_rereg", &[]);
+    r.expect("1. SEND of 3 SGEs (8 + 8 + 8 bytes): B received 24 bytes")
+        .expect("   B's first SGE (8 bytes): \"HEADER1|\"; second SGE: \"payload|trailer\"")
+        .expect("2. ibv_post_send with one SGE more than the QP's max_send_sge: refused");
+    // What rxe does with each kind of re-registration, as chapter 3 and 6 quote it.
+    for (line, want) in REREG_ON_RXE {
+        assert!(
+            r.line(line).contains(want),
+            "{line}: expected {want:?}:\n{}",
+            r.stdout
+        );
+    }
+}
+
+#[test]
+fn ch08_idle_connection_learns_of_a_dead_peer_only_when_it_sends() {
+    let r = run_ok("08_dead_peer", &["2000"]);
+    r.expect("0. keepalive to live B: IBV_WC_SUCCESS; completions at B: 0")
+        .expect("1. A idle for 2000 ms: completions 0, A's QP state RTS")
+        .expect("2. keepalive to dead B: IBV_WC_RETRY_EXC_ERR after ");
+    assert!(
+        r.line("2. keepalive to dead B")
+            .ends_with("A's QP state ERR"),
+        "{}",
+        r.stdout
+    );
+}
+
+/// The lines of one branch of 17_triage (its title line and the indented lines after it).
+fn triage_branch(r: &Run, title: &str) -> String {
+    let mut lines = r.stdout.lines().skip_while(|l| !l.starts_with(title));
+    let head = lines
+        .next()
+        .unwrap_or_else(|| panic!("no branch {title:?}:\n{}", r.stdout));
+    let body: Vec<&str> = lines.take_while(|l| l.starts_with("   ")).collect();
+    format!("{head}\n{}", body.join("\n"))
+}
+
+#[test]
+fn ch17_triage_each_mistake_has_its_observable() {
+    let r = run_ok("17_triage", &[]);
+    r.expect("port 1: state PORT_ACTIVE, physical state 5, active_mtu 1024, gid_tbl_len ");
+    for (title, wants) in TRIAGE_ON_RXE {
+        let b = triage_branch(&r, title);
+        for want in *wants {
+            assert!(
+                b.contains(want),
+                "branch {title:?}: expected {want:?} in:\n{b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn ch17_standard_tools_say_what_the_chapter_quotes() {
+    // ibv_devinfo -v: the port lines the chapter reads first.
+    let r = run_sh("ibv_devinfo -v -d rxe0");
+    assert_eq!(r.code, Some(0), "{}", r.stdout);
+    for want in DEVINFO_LINES {
+        r.expect(want);
+    }
+    // rdma statistic qp on rxe.
+    let r = run_sh(STATQP_SCRIPT);
+    for want in STATQP_LINES {
+        r.expect(want);
+    }
+    // rping: server and client on the lab's address, three iterations.
+    let r = run_sh(RPING_SCRIPT);
+    assert_eq!(r.code, Some(0), "{}", r.stdout);
+    for want in RPING_LINES {
+        r.expect(want);
+    }
+    // ibv_ud_pingpong: the default 2048 bytes do not fit the MTU; 512 bytes do.
+    let r = run_sh(UD_SCRIPT);
+    assert_eq!(r.code, Some(0), "{}", r.stdout);
+    for want in UD_LINES {
+        r.expect(want);
+    }
+}
+
+#[test]
+fn ch17_rdmactl_answers_the_same_questions() {
+    let r = run_sh("rdmactl explain retry_exceeded_err");
+    assert_eq!(r.code, Some(0), "{}", r.stdout);
+    for want in EXPLAIN_LINES {
+        r.expect(want);
+    }
+    let r = run_sh(DOCTOR_SCRIPT);
+    for want in DOCTOR_LINES {
+        r.expect(want);
+    }
+    let r = run_sh(TRACE_SCRIPT);
+    for want in TRACE_LINES {
+        r.expect(want);
+    }
+}
+
+#[test]
+fn ch17_wire_experiment_decodes_the_write() {
+    // Exit 0: the WRITE was captured on rxe_b's interface with the rkey the program used.
+    let r = run_sh("rdmactl experiment run wire");
+    assert_eq!(r.code, Some(0), "{}", r.stdout);
+}
+
+// What chapters 3, 6 and 17 say of the lab, in one place per claim.
+
+/// 06_sge_rereg: each re-registration's line, and that rxe answered it (done or a named
+/// IBV_REREG_MR_ERR_* code; the chapter claims no particular answer).
+const REREG_ON_RXE: &[(&str, &str)] = &[
+    ("3a. rereg CHANGE_ACCESS", ": "),
+    ("3b. rereg CHANGE_PD", ": "),
+    ("3c. rereg CHANGE_TRANSLATION", ": "),
+];
+
+/// 17_triage on rxe: each branch's title and the lines the chapter says decide it.
+const TRIAGE_ON_RXE: &[(&str, &[&str])] = &[
+    (
+        "baseline: everything right",
+        &["A: IBV_WC_SUCCESS; A's QP RTS", "B: received 64 bytes"],
+    ),
+    (
+        "gid: source GID index = gid_tbl_len",
+        &["A: ibv_modify_qp to RTR refused: errno 22"],
+    ),
+    ("gid: source GID index 0 (IPv6 link-local)", &["   "]),
+    (
+        "qpn: A sends to QPN 0xfffff0",
+        &[
+            "A: IBV_WC_RETRY_EXC_ERR; A's QP ERR",
+            "B: nothing received",
+            "retry_exceeded_err +1",
+        ],
+    ),
+    ("psn: B expects A's PSN + 100 (A is behind)", &["   "]),
+    ("psn: B expects A's PSN - 100 (A is ahead)", &["   "]),
+    ("mtu: path MTU 4096", &["   "]),
+    (
+        "access: RDMA WRITE to B",
+        &["A: IBV_WC_REM_INV_REQ_ERR; A's QP ERR"],
+    ),
+];
+
+const DEVINFO_LINES: &[&str] = &["PORT_ACTIVE (4)", "1024 (3)", "Ethernet", "RoCE v2"];
+
+const STATQP_SCRIPT: &str = "rdma statistic qp mode link rxe0/1; echo \"mode: exit $?\"
+rdma statistic qp set link rxe0/1 auto type on; echo \"set: exit $?\"
+rdma statistic qp show; echo \"show: exit $?\"";
+const STATQP_LINES: &[&str] = &["mode: exit ", "set: exit ", "show: exit "];
+
+const RPING_SCRIPT: &str = "rping -s -a 10.0.2.15 -C 3 -v > /tmp/rping-server.log &
+i=0; until rdma resource show cm_id | grep -q LISTEN || [ $i -ge 100 ]; do i=$((i+1)); sleep 0.1; done
+rping -c -a 10.0.2.15 -C 3 -v -S 64; rc=$?; wait; cat /tmp/rping-server.log; exit $rc";
+const RPING_LINES: &[&str] = &["ping data: rdma-ping-0: ", "server ping data: rdma-ping-2"];
+
+const UD_SCRIPT: &str = "ibv_ud_pingpong -d rxe0 -g 1; echo \"default size: exit $?\"
+ibv_ud_pingpong -d rxe0 -g 1 -s 512 -n 100 > /tmp/ud-server.log &
+i=0; until ibv_ud_pingpong -d rxe0 -g 1 -s 512 -n 100 127.0.0.1 || [ $i -ge 50 ]; do i=$((i+1)); sleep 0.2; done
+wait; cat /tmp/ud-server.log";
+const UD_LINES: &[&str] = &[
+    "Requested size larger than port MTU (1024)",
+    "default size: exit 1",
+    "100 iters in ",
+];
+
+const EXPLAIN_LINES: &[&str] = &["retry_exceeded_err"];
+
+const DOCTOR_SCRIPT: &str = "rdmactl counters --json > /tmp/before.json
+17_triage rxe0 > /dev/null
+rdmactl counters --json > /tmp/after.json
+rdmactl doctor -v --from /tmp/before.json --to /tmp/after.json; echo \"exit $?\"";
+const DOCTOR_LINES: &[&str] = &["retry_exceeded_err"];
+
+const TRACE_SCRIPT: &str = "rdmactl trace qp --json --duration 15 > /tmp/trace.log 2>&1 &
+i=0; until grep -q 'rdmactl trace: ready' /tmp/trace.log || [ $i -ge 300 ]; do i=$((i+1)); sleep 0.1; done
+08_dead_peer rxe0 200 > /dev/null; wait; cat /tmp/trace.log";
+const TRACE_LINES: &[&str] = &["\"comm\":\"08_dead_peer\""];

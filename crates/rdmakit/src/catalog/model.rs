@@ -280,6 +280,8 @@ spelled_enum! {
         Threads => "threads",
         /// Chapter 16, the capstone.
         EventDrivenServer => "event-driven-server",
+        /// Chapter 17, debugging.
+        Debugging => "debugging",
     }
 }
 
