@@ -178,10 +178,10 @@ fn rows(snapshot: &Snapshot) -> Vec<Row<'_>> {
 /// What a plain value means, for the NOTE column.
 fn note(counter: &Counter) -> String {
     match (counter.kind, counter.unit, counter.bytes) {
-        (CounterKind::Gauge, Unit::Milliseconds, _) => "gauge, ms".to_owned(),
+        (CounterKind::Gauge, Unit::Ms, _) => "gauge, ms".to_owned(),
         (CounterKind::Gauge, _, _) => "gauge".to_owned(),
-        (_, Unit::FourOctetWords, Some(bytes)) => format!("4-byte words = {bytes} bytes"),
-        (_, Unit::FourOctetWords, None) => "4-byte words".to_owned(),
+        (_, Unit::Words4, Some(bytes)) => format!("4-byte words = {bytes} bytes"),
+        (_, Unit::Words4, None) => "4-byte words".to_owned(),
         (_, Unit::Bytes, _) => "bytes".to_owned(),
         _ => String::new(),
     }
