@@ -9,6 +9,7 @@
 pub mod attribution;
 pub mod catalog;
 pub mod doctor;
+pub mod duration;
 pub mod ethtool;
 /// The exposition parser (prom-text, re-exported under its old path).
 pub use prom_text::exposition;
