@@ -8,5 +8,6 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod file;
 pub mod owner;
 pub mod rdmacg;
