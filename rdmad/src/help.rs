@@ -36,19 +36,19 @@ pub fn family_counter_help(family: Option<&str>, counter: &Counter) -> String {
         CounterSource::DeviceHw => "hw_counters",
     };
     let conversion = match counter.unit {
-        Unit::FourOctetWords => "; exported in bytes (4 x the 4-octet words in the file)",
-        Unit::Milliseconds => "; exported in seconds (the file is in ms)",
-        Unit::Microseconds => "; exported in seconds (the driver counts us)",
-        Unit::Bytes | Unit::Count => "",
+        Unit::Words4 => "; exported in bytes (4 x the 4-octet words in the file)",
+        Unit::Ms => "; exported in seconds (the file is in ms)",
+        Unit::Us => "; exported in seconds (the driver counts us)",
+        _ => "",
     };
     format!("{summary} (sysfs {location}/{}{conversion})", counter.name)
 }
 
 /// The HELP text of a curated netdev family (catalog family `netdev`).
 pub fn netdev_help(info: &rdmakit::catalog::CounterInfo) -> String {
-    let conversion = match rdmakit::model::Unit::from(info.unit) {
-        Unit::Microseconds => "; exported in seconds (the driver counts us)",
-        Unit::Milliseconds => "; exported in seconds (the driver counts ms)",
+    let conversion = match info.unit {
+        Unit::Us => "; exported in seconds (the driver counts us)",
+        Unit::Ms => "; exported in seconds (the driver counts ms)",
         _ => "",
     };
     format!(

@@ -105,10 +105,13 @@ fn source_of(location: Location) -> Option<CounterSource> {
 /// kind and unit; `None` for locations rdmad does not read.
 pub fn catalog_counter(info: &CounterInfo) -> Option<Counter> {
     let source = source_of(info.location)?;
-    Some(
-        Counter::new(info.name.clone(), source, 0)
-            .with_kind_and_unit(info.kind.into(), info.unit.into()),
-    )
+    Some(Counter::described(
+        info.name.clone().into(),
+        source,
+        0,
+        info.kind,
+        info.unit,
+    ))
 }
 
 /// The sample names of a family exposed as `name`.

@@ -32,6 +32,16 @@ pub enum Kind {
     Histogram,
 }
 
+impl From<rdmakit::model::CounterKind> for Kind {
+    /// The family kind of a counter file: the catalog's counter or gauge.
+    fn from(kind: rdmakit::model::CounterKind) -> Kind {
+        match kind {
+            rdmakit::model::CounterKind::Counter => Kind::Counter,
+            rdmakit::model::CounterKind::Gauge => Kind::Gauge,
+        }
+    }
+}
+
 impl Kind {
     /// The type as the exposition's `# TYPE` line spells it (text format 0.0.4, where an
     /// info family is a gauge).

@@ -21,7 +21,7 @@
 //! name cannot both be exported: the first one (in sysfs order) wins and the second is
 //! counted as a read error (see the counters collector).
 
-use rdmakit::model::{Counter, CounterKind, CounterSource, Unit};
+use rdmakit::model::{Counter, CounterSource, Unit};
 
 use crate::metrics::{Kind, Value};
 
@@ -66,29 +66,31 @@ pub fn counter_metric_name(counter: &Counter) -> Option<(String, Kind)> {
         CounterSource::Hw => "rdma_port_hw_",
         CounterSource::DeviceHw => "rdma_device_hw_",
     };
-    let kind = match counter.kind {
-        CounterKind::Counter => Kind::Counter,
-        CounterKind::Gauge => Kind::Gauge,
-    };
-    let suffix = match counter.unit {
-        Unit::FourOctetWords => "_bytes",
-        Unit::Milliseconds | Unit::Microseconds => "_seconds",
-        Unit::Bytes | Unit::Count => "",
-    };
+    let suffix = unit_suffix(counter.unit);
     let suffix = if base.ends_with(suffix) { "" } else { suffix };
-    Some((format!("{prefix}{base}{suffix}"), kind))
+    Some((format!("{prefix}{base}{suffix}"), counter.kind.into()))
+}
+
+/// What a counter's metric name ends with for its unit: the base unit it is exported in
+/// (bytes for 4-octet words, seconds for ms and us), nothing for units counted one by one.
+fn unit_suffix(unit: Unit) -> &'static str {
+    match unit {
+        Unit::Words4 => "_bytes",
+        Unit::Ms | Unit::Us => "_seconds",
+        _ => "",
+    }
 }
 
 /// The value of [`counter_metric`], in base units (bytes for 4-octet words, seconds for
 /// milliseconds).
 pub fn counter_metric_value(counter: &Counter) -> Value {
     match counter.unit {
-        Unit::FourOctetWords => counter
+        Unit::Words4 => counter
             .bytes
             .map_or(Value::Float(counter.value as f64 * 4.0), Value::Int),
-        Unit::Milliseconds => Value::Float(counter.value as f64 / 1000.0),
-        Unit::Microseconds => Value::Float(counter.value as f64 / 1_000_000.0),
-        Unit::Bytes | Unit::Count => Value::Int(counter.value),
+        Unit::Ms => Value::Float(counter.value as f64 / 1000.0),
+        Unit::Us => Value::Float(counter.value as f64 / 1_000_000.0),
+        _ => Value::Int(counter.value),
     }
 }
 
@@ -96,19 +98,13 @@ pub fn counter_metric_value(counter: &Counter) -> Value {
 /// `rdmakit::ethtool::curated`): `rdma_netdev_<name>` with the catalog's kind, `_seconds` for
 /// durations (the encoder adds `_total` to counters).
 pub fn netdev_metric_name(info: &rdmakit::catalog::CounterInfo) -> (String, Kind) {
-    let counter = netdev_counter(info, 0);
-    let kind = match counter.kind {
-        CounterKind::Counter => Kind::Counter,
-        CounterKind::Gauge => Kind::Gauge,
-    };
-    let suffix = match counter.unit {
-        Unit::Milliseconds | Unit::Microseconds => "_seconds",
-        Unit::FourOctetWords => "_bytes",
-        Unit::Bytes | Unit::Count => "",
-    };
     (
-        format!("rdma_netdev_{}{suffix}", sanitize(&info.name)),
-        kind,
+        format!(
+            "rdma_netdev_{}{}",
+            sanitize(&info.name),
+            unit_suffix(info.unit)
+        ),
+        info.kind.into(),
     )
 }
 
@@ -118,8 +114,13 @@ pub fn netdev_metric_value(info: &rdmakit::catalog::CounterInfo, raw: u64) -> Va
 }
 
 fn netdev_counter(info: &rdmakit::catalog::CounterInfo, raw: u64) -> Counter {
-    Counter::new(info.name.clone(), CounterSource::Hw, raw)
-        .with_kind_and_unit(info.kind.into(), info.unit.into())
+    Counter::described(
+        info.name.clone().into(),
+        CounterSource::Hw,
+        raw,
+        info.kind,
+        info.unit,
+    )
 }
 
 /// The metric for a counter of a bound QP counter (RDMA netlink `STAT_GET`, `STAT_RES` = QP):

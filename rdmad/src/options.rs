@@ -285,27 +285,12 @@ pub enum Value {
     Addr(SocketAddr),
 }
 
-/// `--probe.interval`'s grammar: seconds (`1`, `0.5`), or with a unit (`500ms`, `10s`, `1m`),
-/// 1 ms to 24 h; in milliseconds.
+/// A duration option (`--probe.interval`, `--scrape.timeout`): the workspace's duration
+/// grammar ([`rdmakit::duration`]), 1 ms to 24 h; in milliseconds.
 pub fn parse_interval(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (number, scale) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1000.0)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60_000.0)
-    } else {
-        (t, 1000.0)
-    };
-    let ms = number
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .map(|v| v * scale)
-        .filter(|ms| ms.is_finite() && *ms >= 1.0 && *ms <= 86_400_000.0)
-        .ok_or_else(|| format!("`{text}` is not an interval (1ms to 24h: `1`, `500ms`, `10s`)"))?;
-    Ok(ms.round() as u64)
+    let range = std::time::Duration::from_millis(1)..=std::time::Duration::from_secs(86_400);
+    let d = rdmakit::duration::parse(text, range).map_err(|e| e.to_string())?;
+    Ok((d.as_secs_f64() * 1000.0).round() as u64)
 }
 
 /// A size in bytes: `4096`, or with a binary unit (`4K`, `64M`, `1G`, `KiB`/`MiB`/`GiB`).

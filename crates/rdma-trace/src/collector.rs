@@ -9,7 +9,7 @@
 use crate::event::{EventKind, TraceEvent};
 use crate::probes::ProbeReport;
 use crate::tracer::{Selection, TraceError, Tracer};
-use rdmakit::histogram::Histogram;
+use prom_text::histogram::Histogram;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -84,7 +84,7 @@ impl EventKind {
 
 /// `enum ib_qp_state` names, as `ibv_qp_state` prints them (`?` for an unknown code).
 pub fn qp_state_name(state: u32) -> &'static str {
-    rdmakit::uapi::qp_state_name(state).unwrap_or("?")
+    rdma_uapi::qp_state_name(state).unwrap_or("?")
 }
 
 /// `enum ib_qp_type` names.
@@ -181,7 +181,7 @@ pub fn ib_cm_event_name(e: u32) -> &'static str {
 
 /// The errno's symbol (`EINVAL`), `errno` for a number the platform does not define.
 pub fn errno_name(errno: i32) -> &'static str {
-    rdmakit::uapi::errno_name(errno).unwrap_or("errno")
+    rdma_uapi::errno_name(errno).unwrap_or("errno")
 }
 
 /// One event from the control path.
@@ -462,8 +462,10 @@ impl TraceEvent {
         if self.pid == 0 {
             return;
         }
-        if let Ok((Some(cgroup), job)) = rdmakit::owner::read_cgroup_and_job(proc_root, self.pid) {
-            self.pod_uid = rdmakit::owner::container_ids(&cgroup).pod_uid;
+        if let Ok((Some(cgroup), job)) =
+            rdma_procfs::owner::read_cgroup_and_job(proc_root, self.pid)
+        {
+            self.pod_uid = rdma_procfs::owner::container_ids(&cgroup).pod_uid;
             self.cgroup = Some(cgroup);
             if let Some(job) = job {
                 self.job_id = Some(job.id);

@@ -8,10 +8,8 @@ use rdma_mummy_sys::{
     ibv_wc_opcode, ibv_wc_status,
 };
 
-// The state names are declared once, in rdmakit (shared with the nldev parsers and the tracer).
-use rdmakit::uapi::{
-    PHYS_STATE_NAMES as PHYS, PORT_STATE_VERBS_NAMES as PORT, QP_STATE_NAMES as QP,
-};
+// The state names are declared once, in rdma-uapi (shared with the nldev parsers and the tracer).
+use rdma_uapi::{PHYS_STATE_NAMES as PHYS, PORT_STATE_VERBS_NAMES as PORT, QP_STATE_NAMES as QP};
 
 /// Defines a code enum: known variants, `Unknown(raw)`, conversions, `Display`, `Serialize`.
 macro_rules! code_enum {
@@ -416,7 +414,7 @@ mod tests {
 
     #[test]
     fn state_names_are_rdmakits_for_the_same_codes() {
-        use rdmakit::uapi;
+        use rdma_uapi as uapi;
         assert_eq!(QpState::ALL.len(), uapi::QP_STATE_NAMES.len());
         for s in QpState::ALL {
             assert_eq!(Some(s.name()), uapi::qp_state_name(s.raw()), "{s:?}");

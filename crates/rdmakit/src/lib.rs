@@ -9,17 +9,23 @@
 pub mod attribution;
 pub mod catalog;
 pub mod doctor;
+pub mod duration;
 pub mod ethtool;
-pub mod exposition;
-pub mod histogram;
+/// The exposition parser (prom-text, re-exported under its old path).
+pub use prom_text::exposition;
+/// The histogram (prom-text, re-exported under its old path).
+pub use prom_text::histogram;
 pub mod model;
 pub mod nldev;
-pub mod owner;
-pub mod rdmacg;
+/// Process owners from /proc (rdma-procfs, re-exported under its old path).
+pub use rdma_procfs::owner;
+/// The RDMA cgroup controller (rdma-procfs, re-exported under its old path).
+pub use rdma_procfs::rdmacg;
 pub mod roce;
 #[cfg(feature = "scrape")]
 pub mod scrape;
 pub mod sysfs;
-pub mod uapi;
+/// The names of kernel codes (rdma-uapi, re-exported under its old path).
+pub use rdma_uapi as uapi;
 
 pub use model::Snapshot;

@@ -205,31 +205,11 @@ impl CounterSource {
     }
 }
 
-/// Whether a value only grows (a counter) or goes up and down (a gauge).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CounterKind {
-    /// Monotonic (until reset or wrap); a rate is meaningful.
-    Counter,
-    /// A level (e.g. `lifespan`, the hw_counters cache period in ms; bnxt_re `active_qps`).
-    Gauge,
-}
-
-/// The unit of a raw value, as far as the name tells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Unit {
-    /// Packets, events or anything else counted one by one.
-    Count,
-    /// 4-octet words (`port_xmit_data`, `port_rcv_data`): bytes = value x 4 (not x lanes).
-    FourOctetWords,
-    /// Bytes (driver counters named `*_bytes`).
-    Bytes,
-    /// Milliseconds (`lifespan`).
-    Milliseconds,
-    /// Microseconds (mlx5 pause durations, ethtool).
-    Microseconds,
-}
+/// Counter or gauge: the catalog's [`crate::catalog::Kind`], under the name the model's
+/// readers know it by.
+pub use crate::catalog::Kind as CounterKind;
+/// The unit of a raw value: the catalog's, [`Unit::Count`] for a counter it does not describe.
+pub use crate::catalog::Unit;
 
 /// One counter file and its value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,7 +223,9 @@ pub struct Counter {
     pub value: u64,
     /// Counter or gauge.
     pub kind: CounterKind,
-    /// The unit of `value`.
+    /// The unit of `value` as far as the faces convert it ([`Unit::for_snapshot`]: the data
+    /// sizes and durations, else [`Unit::Count`]); in JSON, [`Unit::snapshot_name`].
+    #[serde(with = "snapshot_unit")]
     pub unit: Unit,
     /// The value in bytes when the unit is a data size (`value x 4` for 4-octet words);
     /// `None` for non-data units and on overflow.
@@ -289,12 +271,34 @@ impl Counter {
     /// Set the kind and unit (`bytes` follows the unit).
     pub fn set_kind_and_unit(&mut self, kind: CounterKind, unit: Unit) {
         self.kind = kind;
-        self.unit = unit;
-        self.bytes = match unit {
-            Unit::FourOctetWords => self.value.checked_mul(4),
-            Unit::Bytes => Some(self.value),
-            Unit::Count | Unit::Milliseconds | Unit::Microseconds => None,
-        };
+        self.unit = unit.for_snapshot();
+        self.bytes = unit.bytes(self.value);
+    }
+}
+
+/// A counter's unit in JSON, as snapshot files have always spelled it.
+mod snapshot_unit {
+    use super::Unit;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(unit: &Unit, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(unit.snapshot_name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Unit, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Unit::parse_snapshot_name(&text).ok_or_else(|| {
+            serde::de::Error::unknown_variant(
+                &text,
+                &[
+                    "count",
+                    "four_octet_words",
+                    "bytes",
+                    "milliseconds",
+                    "microseconds",
+                ],
+            )
+        })
     }
 }
 
@@ -309,14 +313,14 @@ pub fn classify(name: &str, source: CounterSource) -> (CounterKind, Unit) {
     match source {
         CounterSource::Pma => {
             if name == "port_xmit_data" || name == "port_rcv_data" {
-                (CounterKind::Counter, Unit::FourOctetWords)
+                (CounterKind::Counter, Unit::Words4)
             } else {
                 (CounterKind::Counter, Unit::Count)
             }
         }
         CounterSource::Hw | CounterSource::DeviceHw => {
             if name == "lifespan" {
-                (CounterKind::Gauge, Unit::Milliseconds)
+                (CounterKind::Gauge, Unit::Ms)
             } else if name.starts_with("active_") || name.starts_with("watermark_") {
                 (CounterKind::Gauge, Unit::Count)
             } else if name.ends_with("_bytes") {

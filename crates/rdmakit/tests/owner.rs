@@ -1,5 +1,6 @@
 //! Owners of RDMA objects, read from /proc trees in the layouts of containerd, CRI-O and
 //! Docker under both cgroup drivers (tests/data/proc-owners, see its README).
+use rdma_procfs::file::FileError;
 use rdmakit::owner::{read_owner, OwnerError, Runtime};
 use std::path::PathBuf;
 
@@ -84,7 +85,7 @@ fn a_gone_process_and_a_malformed_file_are_errors_that_say_so() {
         other => panic!("expected Gone, got {other:?}"),
     }
     match read_owner(&root(), 120) {
-        Err(e @ OwnerError::Malformed { .. }) => {
+        Err(e @ OwnerError::File(FileError::Malformed { .. })) => {
             let text = e.to_string();
             assert!(
                 text.contains("120/cgroup") && text.contains("line 1"),

@@ -130,7 +130,7 @@ fn rxe_is_what_the_lab_shows() {
         .counter(CounterSource::Hw, "lifespan")
         .expect("lifespan");
     assert_eq!(lifespan.kind, CounterKind::Gauge);
-    assert_eq!(lifespan.unit, Unit::Milliseconds);
+    assert_eq!(lifespan.unit, Unit::Ms);
     assert_eq!(lifespan.value, 10);
     let sent = port
         .counter(CounterSource::Hw, "sent_pkts")
@@ -202,7 +202,7 @@ fn mlx5_infiniband_port() {
     let rcv = port
         .counter(CounterSource::Pma, "port_rcv_data")
         .expect("port_rcv_data");
-    assert_eq!(rcv.unit, Unit::FourOctetWords);
+    assert_eq!(rcv.unit, Unit::Words4);
     assert_eq!(rcv.bytes, Some(rcv.value * 4), "x4, not x lanes");
     let xmit = port
         .counter(CounterSource::Pma, "port_xmit_data")
@@ -570,7 +570,7 @@ fn gids_can_be_skipped() {
 fn unit_and_kind_rules() {
     use rdmakit::model::Counter;
     let c = Counter::new("port_xmit_data", CounterSource::Pma, 10);
-    assert_eq!((c.unit, c.bytes), (Unit::FourOctetWords, Some(40)));
+    assert_eq!((c.unit, c.bytes), (Unit::Words4, Some(40)));
     let c = Counter::new("port_xmit_data", CounterSource::Hw, 10);
     assert_eq!(
         c.unit,
@@ -578,7 +578,7 @@ fn unit_and_kind_rules() {
         "only the PMA data counters are in words"
     );
     let c = Counter::new("lifespan", CounterSource::DeviceHw, 10);
-    assert_eq!((c.kind, c.unit), (CounterKind::Gauge, Unit::Milliseconds));
+    assert_eq!((c.kind, c.unit), (CounterKind::Gauge, Unit::Ms));
     let c = Counter::new("tx_bytes", CounterSource::Hw, 7);
     assert_eq!((c.unit, c.bytes), (Unit::Bytes, Some(7)));
     let json = serde_json::to_value(&c).expect("serializes");

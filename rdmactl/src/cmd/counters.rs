@@ -82,14 +82,9 @@ fn parse_target(text: &str) -> Result<Target, String> {
     })
 }
 
-fn parse_interval(text: &str) -> Result<Duration, String> {
-    let secs: f64 = text
-        .parse()
-        .map_err(|_| format!("not a number of seconds: {text:?}"))?;
-    if secs.is_nan() || secs < 0.01 {
-        return Err("the interval must be at least 0.01 s".to_owned());
-    }
-    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+/// `--watch`: the workspace's duration grammar, at least 10 ms.
+fn parse_interval(text: &str) -> Result<Duration, rdmakit::duration::DurationError> {
+    rdmakit::duration::parse(text, Duration::from_millis(10)..=Duration::MAX)
 }
 
 /// Runs `rdmactl counters`.
@@ -178,10 +173,10 @@ fn rows(snapshot: &Snapshot) -> Vec<Row<'_>> {
 /// What a plain value means, for the NOTE column.
 fn note(counter: &Counter) -> String {
     match (counter.kind, counter.unit, counter.bytes) {
-        (CounterKind::Gauge, Unit::Milliseconds, _) => "gauge, ms".to_owned(),
+        (CounterKind::Gauge, Unit::Ms, _) => "gauge, ms".to_owned(),
         (CounterKind::Gauge, _, _) => "gauge".to_owned(),
-        (_, Unit::FourOctetWords, Some(bytes)) => format!("4-byte words = {bytes} bytes"),
-        (_, Unit::FourOctetWords, None) => "4-byte words".to_owned(),
+        (_, Unit::Words4, Some(bytes)) => format!("4-byte words = {bytes} bytes"),
+        (_, Unit::Words4, None) => "4-byte words".to_owned(),
         (_, Unit::Bytes, _) => "bytes".to_owned(),
         _ => String::new(),
     }

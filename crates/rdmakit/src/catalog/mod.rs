@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use crate::model::{classify, CounterKind, CounterSource};
+use crate::model::{classify, CounterSource};
 
 /// The catalog files compiled into the binary: (file name, contents).
 pub const EMBEDDED_FILES: &[(&str, &str)] = &[
@@ -271,9 +271,9 @@ impl Catalog {
         family: Option<&str>,
         source: CounterSource,
         name: &str,
-    ) -> (CounterKind, crate::model::Unit) {
+    ) -> (Kind, Unit) {
         match family.and_then(|f| self.get(f, name)) {
-            Some(info) => (info.kind.into(), info.unit.into()),
+            Some(info) => (info.kind, info.unit),
             None => classify(name, source),
         }
     }

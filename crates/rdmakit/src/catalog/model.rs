@@ -45,11 +45,21 @@ macro_rules! spelled_enum {
                 s.serialize_str(self.as_str())
             }
         }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                $name::parse(&text).ok_or_else(|| {
+                    serde::de::Error::unknown_variant(&text, $name::NAMES)
+                })
+            }
+        }
     };
 }
 
 spelled_enum! {
-    /// What one step of the value stands for.
+    /// What one step of a counter's value stands for: the one unit type of the workspace
+    /// (catalog entries, [`crate::model::Counter`], the faces' conversions).
     pub enum Unit {
         /// Packets (or frames) on the wire.
         Packets => "packets",
@@ -71,44 +81,80 @@ spelled_enum! {
         Us => "us",
         /// A number of live objects (QPs, MRs, ...).
         Objects => "objects",
+        /// Counted one by one, nothing more known: a counter the catalog does not describe
+        /// (the file-name rules of [`crate::model::classify`]). Not a catalog spelling: the
+        /// loader refuses it (declared last, see [`Unit::CATALOG_NAMES`]).
+        Count => "count",
     }
 }
 
-spelled_enum! {
-    /// Whether the value only grows (until it wraps or saturates) or goes up and down.
-    pub enum Kind {
-        /// Monotonic: rate it, alert on its increase.
-        Counter => "counter",
-        /// A level or a setting: read it as is.
-        Gauge => "gauge",
-    }
-}
+impl Unit {
+    /// The spellings a catalog file may use: every unit but [`Unit::Count`].
+    pub const CATALOG_NAMES: &'static [&'static str] =
+        Unit::NAMES.split_at(Unit::NAMES.len() - 1).0;
 
-impl From<Unit> for crate::model::Unit {
-    /// The unit of a raw value as the model knows it: the data sizes and milliseconds (which
-    /// the faces convert), everything else counted one by one.
-    fn from(unit: Unit) -> crate::model::Unit {
-        match unit {
-            Unit::Words4 => crate::model::Unit::FourOctetWords,
-            Unit::Bytes => crate::model::Unit::Bytes,
-            Unit::Ms => crate::model::Unit::Milliseconds,
-            Unit::Us => crate::model::Unit::Microseconds,
+    /// Parses a catalog file's spelling ([`Unit::CATALOG_NAMES`]).
+    pub fn parse_catalog(text: &str) -> Option<Unit> {
+        Unit::parse(text).filter(|unit| *unit != Unit::Count)
+    }
+
+    /// The value in bytes of `value` steps of a data-size unit (x4 for 4-octet words, `None`
+    /// on overflow); `None` for every other unit.
+    pub fn bytes(self, value: u64) -> Option<u64> {
+        match self {
+            Unit::Words4 => value.checked_mul(4),
+            Unit::Bytes => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The name of the unit in a [`crate::model::Counter`]'s JSON (snapshot files, `rdmactl
+    /// counters --json`), coarser than the catalog's and kept as it was: units counted one by
+    /// one are all `count`.
+    pub fn snapshot_name(self) -> &'static str {
+        match self {
+            Unit::Words4 => "four_octet_words",
+            Unit::Bytes => "bytes",
+            Unit::Ms => "milliseconds",
+            Unit::Us => "microseconds",
             Unit::Packets
             | Unit::Events
             | Unit::Operations
             | Unit::Messages
             | Unit::Ticks
-            | Unit::Objects => crate::model::Unit::Count,
+            | Unit::Objects
+            | Unit::Count => "count",
         }
+    }
+
+    /// The unit as a [`crate::model::Counter`] keeps it: what the faces convert (data sizes,
+    /// durations) as it is, every unit counted one by one as [`Unit::Count`], so a snapshot's
+    /// JSON (which spells those all `count`) reads back to the same snapshot.
+    pub fn for_snapshot(self) -> Unit {
+        Unit::parse_snapshot_name(self.snapshot_name()).unwrap_or(Unit::Count)
+    }
+
+    /// Parses [`Unit::snapshot_name`] back (`count` reads as [`Unit::Count`]).
+    pub fn parse_snapshot_name(text: &str) -> Option<Unit> {
+        Some(match text {
+            "four_octet_words" => Unit::Words4,
+            "bytes" => Unit::Bytes,
+            "milliseconds" => Unit::Ms,
+            "microseconds" => Unit::Us,
+            "count" => Unit::Count,
+            _ => return None,
+        })
     }
 }
 
-impl From<Kind> for crate::model::CounterKind {
-    fn from(kind: Kind) -> crate::model::CounterKind {
-        match kind {
-            Kind::Counter => crate::model::CounterKind::Counter,
-            Kind::Gauge => crate::model::CounterKind::Gauge,
-        }
+spelled_enum! {
+    /// Whether the value only grows (until it wraps or saturates) or goes up and down: the
+    /// one counter kind of the workspace (also `rdmakit::model::CounterKind`).
+    pub enum Kind {
+        /// Monotonic: rate it, alert on its increase.
+        Counter => "counter",
+        /// A level or a setting: read it as is.
+        Gauge => "gauge",
     }
 }
 

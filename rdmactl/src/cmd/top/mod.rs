@@ -96,14 +96,9 @@ pub struct Args {
 /// The shortest time between two reads of the pingmesh.
 const MESH_MIN_PERIOD: Duration = Duration::from_secs(2);
 
-fn parse_interval(text: &str) -> Result<Duration, String> {
-    let secs: f64 = text
-        .parse()
-        .map_err(|_| format!("not a number of seconds: {text:?}"))?;
-    if secs.is_nan() || !(0.1..=3600.0).contains(&secs) {
-        return Err("the interval must be between 0.1 and 3600 seconds".to_owned());
-    }
-    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+/// `--interval`: the workspace's duration grammar, 0.1 s to 1 h.
+fn parse_interval(text: &str) -> Result<Duration, rdmakit::duration::DurationError> {
+    rdmakit::duration::parse(text, Duration::from_millis(100)..=Duration::from_secs(3600))
 }
 
 /// Runs `rdmactl top`.

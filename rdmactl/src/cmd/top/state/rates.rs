@@ -75,9 +75,9 @@ pub fn counter_rates(
             .kind_and_unit(d.family.as_deref(), d.source, &d.name)
             .1;
         let bytes_per_second = match unit {
-            Unit::FourOctetWords => Some(per_second * 4.0),
+            Unit::Words4 => Some(per_second * 4.0),
             Unit::Bytes => Some(per_second),
-            Unit::Count | Unit::Milliseconds | Unit::Microseconds => None,
+            _ => None,
         };
         let severity = d
             .family

@@ -28,9 +28,8 @@
 //! `slurmstepd.scope`, node-name-prefixed with `--enable-multiple-slurmd`); the v1 layout is
 //! built by Slurm's cgroup/v1 task and proctrack plugins (`<slurm>/uid_%u/job_%u/step_%u`).
 //! A `job_<n>` segment anywhere else (under `user.slice`, in a pod) is not a Slurm job.
-use std::fs;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use crate::file::FileError;
+use std::path::Path;
 
 /// The container runtime a container id comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,47 +99,22 @@ pub enum OwnerError {
         /// The process id.
         pid: u32,
     },
-    /// A file could not be read.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// A file did not have the expected format.
-    #[error("{path}: {detail}")]
-    Malformed {
-        /// The file.
-        path: PathBuf,
-        /// What was wrong.
-        detail: String,
-    },
+    /// A file could not be read or understood.
+    #[error(transparent)]
+    File(#[from] crate::file::FileError),
 }
 
-/// The most bytes read of a /proc file: a cgroup file lists one line per hierarchy.
-const READ_LIMIT: u64 = 64 * 1024;
-
+/// `path`, or [`OwnerError::Gone`] when the task exited between the dump and this read
+/// (ENOENT opening, ESRCH reading).
 fn read_small(path: &Path, pid: u32) -> Result<String, OwnerError> {
-    // ENOENT opening, or ESRCH reading: the task exited between the dump and this read.
-    let gone_or_io = |e: std::io::Error| {
-        if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(3) {
+    crate::file::read_small(path).map_err(|e| match e {
+        FileError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound
+                || source.raw_os_error() == Some(3) =>
+        {
             OwnerError::Gone { pid }
-        } else {
-            OwnerError::Io {
-                path: path.to_path_buf(),
-                source: e,
-            }
         }
-    };
-    let file = fs::File::open(path).map_err(gone_or_io)?;
-    let mut bytes = Vec::new();
-    file.take(READ_LIMIT)
-        .read_to_end(&mut bytes)
-        .map_err(gone_or_io)?;
-    String::from_utf8(bytes).map_err(|_| OwnerError::Malformed {
-        path: path.to_path_buf(),
-        detail: "not UTF-8".into(),
+        e => OwnerError::File(e),
     })
 }
 
@@ -152,10 +126,7 @@ pub fn read_owner(proc_root: &Path, pid: u32) -> Result<Owner, OwnerError> {
         .trim_end_matches('\n')
         .to_string();
     if comm.is_empty() {
-        return Err(OwnerError::Malformed {
-            path: comm_path,
-            detail: "empty command name".into(),
-        });
+        return Err(FileError::malformed(&comm_path, "empty command name").into());
     }
     let (cgroup, job) = read_cgroup_and_job(proc_root, pid)?;
     let ids = cgroup.as_deref().map(container_ids).unwrap_or_default();
@@ -187,10 +158,7 @@ pub fn read_cgroup_and_job(
         Ok(text) if text.trim().is_empty() => Ok((None, None)),
         Ok(text) => match parse_proc_cgroup(&text) {
             Ok(path) => Ok((Some(path), proc_cgroup_job(&text))),
-            Err(detail) => Err(OwnerError::Malformed {
-                path: cgroup_path,
-                detail,
-            }),
+            Err(detail) => Err(FileError::malformed(&cgroup_path, detail).into()),
         },
         // No cgroup file (a kernel without cgroups): the process still has a name.
         Err(OwnerError::Gone { .. }) if dir.is_dir() => Ok((None, None)),
@@ -396,6 +364,7 @@ pub fn slurm_job(path: &str) -> Option<SlurmJob> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     const UID: &str = "1b2c3d4e-5f60-4718-92a3-b4c5d6e7f809";
     const CID: &str = "3f1c0e9a8b7d6c5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e";

@@ -9,7 +9,6 @@
 //! walk is bounded ([`read_tree`]).
 
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// A resource amount or limit.
@@ -125,46 +124,10 @@ impl CgroupRdma {
     }
 }
 
-/// Why the controller could not be read.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RdmacgError {
-    /// A file or directory could not be read.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// A file did not have the expected format.
-    #[error("{path}: {detail}")]
-    Malformed {
-        /// The file.
-        path: PathBuf,
-        /// What was wrong.
-        detail: String,
-    },
-}
+/// Why the controller could not be read (the error of every file this crate reads).
+pub type RdmacgError = crate::file::FileError;
 
-const READ_LIMIT: u64 = 64 * 1024;
-
-fn read_small(path: &Path) -> Result<String, RdmacgError> {
-    let io = |e| RdmacgError::Io {
-        path: path.to_path_buf(),
-        source: e,
-    };
-    let mut bytes = Vec::new();
-    fs::File::open(path)
-        .map_err(io)?
-        .take(READ_LIMIT)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    String::from_utf8(bytes).map_err(|_| RdmacgError::Malformed {
-        path: path.to_path_buf(),
-        detail: "not UTF-8".into(),
-    })
-}
+use crate::file::read_small;
 
 /// Whether the cgroup v2 hierarchy at `root` has the rdma controller (its
 /// `cgroup.controllers` lists `rdma`). `Ok(false)` when `root` is not a cgroup v2 mount.
