@@ -592,20 +592,6 @@ fn ch06_gather_scatter_and_rereg_mr() {
     }
 }
 
-#[test]
-fn ch08_idle_connection_learns_of_a_dead_peer_only_when_it_sends() {
-    let r = run_ok("08_dead_peer", &["2000"]);
-    r.expect("0. keepalive to live B: IBV_WC_SUCCESS; completions at B: 0")
-        .expect("1. A idle for 2000 ms: completions 0, A's QP state RTS")
-        .expect("2. keepalive to dead B: IBV_WC_RETRY_EXC_ERR after ");
-    assert!(
-        r.line("2. keepalive to dead B")
-            .ends_with("A's QP state ERR"),
-        "{}",
-        r.stdout
-    );
-}
-
 /// The lines of one branch of 17_triage (its title line and the indented lines after it).
 fn triage_branch(r: &Run, title: &str) -> String {
     let mut lines = r.stdout.lines().skip_while(|l| !l.starts_with(title));
@@ -619,7 +605,7 @@ fn triage_branch(r: &Run, title: &str) -> String {
 #[test]
 fn ch17_triage_each_mistake_has_its_observable() {
     let r = run_ok("17_triage", &[]);
-    r.expect("port 1: state PORT_ACTIVE, physical state 5, active_mtu 1024, gid_tbl_len ");
+    r.expect("port 1: state active, physical state 5, active_mtu 1024, gid_tbl_len ");
     for (title, wants) in TRIAGE_ON_RXE {
         let b = triage_branch(&r, title);
         for want in *wants {
@@ -628,33 +614,6 @@ fn ch17_triage_each_mistake_has_its_observable() {
                 "branch {title:?}: expected {want:?} in:\n{b}"
             );
         }
-    }
-}
-
-#[test]
-fn ch17_standard_tools_say_what_the_chapter_quotes() {
-    // ibv_devinfo -v: the port lines the chapter reads first.
-    let r = run_sh("ibv_devinfo -v -d rxe0");
-    assert_eq!(r.code, Some(0), "{}", r.stdout);
-    for want in DEVINFO_LINES {
-        r.expect(want);
-    }
-    // rdma statistic qp on rxe.
-    let r = run_sh(STATQP_SCRIPT);
-    for want in STATQP_LINES {
-        r.expect(want);
-    }
-    // rping: server and client on the lab's address, three iterations.
-    let r = run_sh(RPING_SCRIPT);
-    assert_eq!(r.code, Some(0), "{}", r.stdout);
-    for want in RPING_LINES {
-        r.expect(want);
-    }
-    // ibv_ud_pingpong: the default 2048 bytes do not fit the MTU; 512 bytes do.
-    let r = run_sh(UD_SCRIPT);
-    assert_eq!(r.code, Some(0), "{}", r.stdout);
-    for want in UD_LINES {
-        r.expect(want);
     }
 }
 
@@ -720,28 +679,6 @@ const TRIAGE_ON_RXE: &[(&str, &[&str])] = &[
     ),
 ];
 
-const DEVINFO_LINES: &[&str] = &["PORT_ACTIVE (4)", "1024 (3)", "Ethernet", "RoCE v2"];
-
-const STATQP_SCRIPT: &str = "rdma statistic qp mode link rxe0/1; echo \"mode: exit $?\"
-rdma statistic qp set link rxe0/1 auto type on; echo \"set: exit $?\"
-rdma statistic qp show; echo \"show: exit $?\"";
-const STATQP_LINES: &[&str] = &["mode: exit ", "set: exit ", "show: exit "];
-
-const RPING_SCRIPT: &str = "rping -s -a 10.0.2.15 -C 3 -v > /tmp/rping-server.log &
-i=0; until rdma resource show cm_id | grep -q LISTEN || [ $i -ge 100 ]; do i=$((i+1)); sleep 0.1; done
-rping -c -a 10.0.2.15 -C 3 -v -S 64; rc=$?; wait; cat /tmp/rping-server.log; exit $rc";
-const RPING_LINES: &[&str] = &["ping data: rdma-ping-0: ", "server ping data: rdma-ping-2"];
-
-const UD_SCRIPT: &str = "ibv_ud_pingpong -d rxe0 -g 1; echo \"default size: exit $?\"
-ibv_ud_pingpong -d rxe0 -g 1 -s 512 -n 100 > /tmp/ud-server.log &
-i=0; until ibv_ud_pingpong -d rxe0 -g 1 -s 512 -n 100 127.0.0.1 || [ $i -ge 50 ]; do i=$((i+1)); sleep 0.2; done
-wait; cat /tmp/ud-server.log";
-const UD_LINES: &[&str] = &[
-    "Requested size larger than port MTU (1024)",
-    "default size: exit 1",
-    "100 iters in ",
-];
-
 const EXPLAIN_LINES: &[&str] = &["retry_exceeded_err"];
 
 const DOCTOR_SCRIPT: &str = "rdmactl counters --json > /tmp/before.json
@@ -752,5 +689,5 @@ const DOCTOR_LINES: &[&str] = &["retry_exceeded_err"];
 
 const TRACE_SCRIPT: &str = "rdmactl trace qp --json --duration 15 > /tmp/trace.log 2>&1 &
 i=0; until grep -q 'rdmactl trace: ready' /tmp/trace.log || [ $i -ge 300 ]; do i=$((i+1)); sleep 0.1; done
-08_dead_peer rxe0 200 > /dev/null; wait; cat /tmp/trace.log";
-const TRACE_LINES: &[&str] = &["\"comm\":\"08_dead_peer\""];
+17_triage rxe0 > /dev/null; wait; cat /tmp/trace.log";
+const TRACE_LINES: &[&str] = &["\"comm\":\"17_triage\""];
