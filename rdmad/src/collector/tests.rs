@@ -74,8 +74,7 @@ fn responses_are_exported_by_encoding_when_serving_only() {
     let serving = fine().with_responses(Arc::clone(&counts));
     let text = serving.scrape().encode(Format::Text);
     for encoding in ["gzip", "zstd", "identity"] {
-        let line =
-            format!("rdma_exporter_metrics_responses_total{{encoding=\"{encoding}\"}} 0\n");
+        let line = format!("rdma_exporter_metrics_responses_total{{encoding=\"{encoding}\"}} 0\n");
         assert!(text.contains(&line), "{text}");
     }
     assert!(text.contains("# TYPE rdma_exporter_metrics_responses_total counter\n"));

@@ -95,10 +95,7 @@ fn snapshot() -> ProbeSnapshot {
             connected: false,
             connects_total: 0,
             backoff_seconds: 1.0,
-            labels: std::sync::Arc::new(BTreeMap::from([(
-                "rack".to_string(),
-                "r2".to_string(),
-            )])),
+            labels: std::sync::Arc::new(BTreeMap::from([("rack".to_string(), "r2".to_string())])),
             planned: true,
             status: Some(rdma_probe::PeerStatus::Host),
         }],
@@ -145,8 +142,7 @@ fn latency_is_one_histogram_with_cumulative_buckets_inf_sum_and_count() {
         1,
         "{text}"
     );
-    let bucket =
-        |le: &str| format!("rdma_probe_latency_seconds_bucket{{{WRITE},le=\"{le}\"}} ");
+    let bucket = |le: &str| format!("rdma_probe_latency_seconds_bucket{{{WRITE},le=\"{le}\"}} ");
     let value = |le: &str| -> u64 {
         let prefix = bucket(le);
         let line = text
