@@ -245,7 +245,14 @@ fn print_table(out: &mut impl Write, kind: ResourceKind, list: &[Resource]) -> s
         };
         rows.push(row);
     }
-    let widths: Vec<usize> = (0..header.len())
+    write_rows(out, &rows)
+}
+
+/// Print rows (the first is the header) in columns padded to their widest cell, two spaces
+/// apart, without trailing blanks.
+fn write_rows(out: &mut impl Write, rows: &[Vec<String>]) -> std::io::Result<()> {
+    let cols = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..cols)
         .map(|i| {
             rows.iter()
                 .map(|r| r.get(i).map_or(0, |c| c.len()))
@@ -253,7 +260,7 @@ fn print_table(out: &mut impl Write, kind: ResourceKind, list: &[Resource]) -> s
                 .unwrap_or(0)
         })
         .collect();
-    for row in &rows {
+    for row in rows {
         let line: Vec<String> = row
             .iter()
             .enumerate()
@@ -383,23 +390,7 @@ fn print_owners(
         row.push(h.mr_bytes.to_string());
         rows.push(row);
     }
-    let cols = rows[0].len();
-    let widths: Vec<usize> = (0..cols)
-        .map(|i| {
-            rows.iter()
-                .map(|r| r.get(i).map_or(0, |c| c.len()))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in &rows {
-        let line: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
-            .collect();
-        writeln!(out, "{}", line.join("  ").trim_end())?;
-    }
+    write_rows(&mut *out, &rows)?;
     if report.timed_out {
         writeln!(out, "(the dump stopped early; counts are partial)")?;
     }
