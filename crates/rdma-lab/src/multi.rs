@@ -103,8 +103,8 @@ pub struct MultiSpec {
 /// How a multi-host run ended.
 #[derive(Debug)]
 pub struct MultiOutcome {
-    /// The first non-zero exit code in host order (0 if all were 0), [`EXIT_TIMEOUT`] or
-    /// [`EXIT_LAB_FAILURE`].
+    /// The first non-zero exit code in host order (0 if all were 0),
+    /// [`EXIT_TIMEOUT`](vm::EXIT_TIMEOUT) or [`EXIT_LAB_FAILURE`](vm::EXIT_LAB_FAILURE).
     pub exit_code: i32,
     /// Each host's command exit code (None: it ran no command or was not reached).
     pub host_codes: Vec<Option<i32>>,

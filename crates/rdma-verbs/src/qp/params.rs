@@ -52,7 +52,8 @@ pub struct RtrParams {
     pub remote: QpEndpoint,
     /// Local port.
     pub port: u8,
-    /// Local GID index to send from (see [`Context::choose_gid`]).
+    /// Local GID index to send from (see
+    /// [`Context::choose_gid`](crate::device::Context::choose_gid)).
     pub sgid_index: u8,
     /// Path MTU (at most the port's active MTU).
     pub path_mtu: Mtu,

@@ -141,7 +141,7 @@ impl QueuePair {
     }
 
     /// Inline data bytes this QP accepts (what the provider granted for
-    /// [`QpCaps::max_inline_data`]).
+    /// [`QpCaps::max_inline_data`](super::QpCaps::max_inline_data)).
     pub fn max_inline_data(&self) -> u32 {
         self.max_inline
     }

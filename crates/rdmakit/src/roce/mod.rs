@@ -15,7 +15,7 @@
 //! guess.
 
 //!
-//! Each check is one file under `checks/`, listed once in [`checks::CHECKS`]: its id, the
+//! Each check is one file under `checks/`, listed once in `checks::CHECKS`: its id, the
 //! lesson it points to and the function that judges one port from the facts read for it.
 
 mod checks;
