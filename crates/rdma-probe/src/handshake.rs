@@ -59,26 +59,56 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// Why a probe secret was refused. The messages name the file, never its content.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// Fewer than 16 bytes.
+    #[error("a probe secret needs at least 16 bytes, got {len}")]
+    TooShort {
+        /// The secret's length.
+        len: usize,
+    },
+    /// The secret file could not be read.
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What reading it answered.
+        source: std::io::Error,
+    },
+    /// The secret file holds fewer than 16 bytes (trailing blanks not counted).
+    #[error("{}: a probe secret needs at least 16 bytes, got {len}", path.display())]
+    FileTooShort {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The secret's length.
+        len: usize,
+    },
+}
+
 impl Secret {
     /// At least 16 bytes.
-    pub fn new(bytes: &[u8]) -> Result<Secret, String> {
+    pub fn new(bytes: &[u8]) -> Result<Secret, SecretError> {
         if bytes.len() < 16 {
-            return Err(format!(
-                "a probe secret needs at least 16 bytes, got {}",
-                bytes.len()
-            ));
+            return Err(SecretError::TooShort { len: bytes.len() });
         }
         Ok(Secret(bytes.into()))
     }
 
     /// Read a secret file (trailing newlines and spaces are not part of the secret).
-    pub fn from_file(path: &std::path::Path) -> Result<Secret, String> {
-        let raw = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    pub fn from_file(path: &std::path::Path) -> Result<Secret, SecretError> {
+        let raw = std::fs::read(path).map_err(|source| SecretError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let end = raw
             .iter()
             .rposition(|b| !b.is_ascii_whitespace())
             .map_or(0, |i| i + 1);
-        Secret::new(&raw[..end]).map_err(|e| format!("{}: {e}", path.display()))
+        Secret::new(&raw[..end]).map_err(|_| SecretError::FileTooShort {
+            path: path.to_path_buf(),
+            len: end,
+        })
     }
 }
 

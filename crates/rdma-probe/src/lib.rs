@@ -76,6 +76,6 @@ pub use engine::{EngineConfig, EngineError, ProbeEngine, ProbeHandle};
 #[cfg(feature = "verbs")]
 pub use failure::{FailureKind, ProbeFailure};
 #[cfg(feature = "verbs")]
-pub use handshake::Secret;
+pub use handshake::{Secret, SecretError};
 #[cfg(feature = "verbs")]
 pub use loopback::{LoopbackProbe, RunParams};

@@ -388,13 +388,30 @@ fn the_nonce_cache_is_bounded() {
 
 #[test]
 fn secrets_are_checked_and_hidden() {
-    let err = Secret::new(b"short").unwrap_err();
-    assert!(err.contains("at least 16 bytes, got 5"), "{err}");
+    let err = Secret::new(b"short").unwrap_err().to_string();
+    assert_eq!(err, "a probe secret needs at least 16 bytes, got 5");
     let s = secret("0123456789abcdef");
     assert_eq!(format!("{s:?}"), "Secret(16 bytes)");
     let dir = std::env::temp_dir().join(format!("rdma-probe-secret-{}", std::process::id()));
     std::fs::write(&dir, b"0123456789abcdef\n").unwrap();
     let f = Secret::from_file(&dir).unwrap();
     assert_eq!(&*f.0, b"0123456789abcdef");
+    // A short file names the file and the length without its trailing newline, never the
+    // content; an unreadable one names the file.
+    std::fs::write(&dir, b"short-secret\n").unwrap();
+    let err = Secret::from_file(&dir).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!(
+            "{}: a probe secret needs at least 16 bytes, got 12",
+            dir.display()
+        )
+    );
+    assert!(!err.contains("short-secret"), "{err}");
     std::fs::remove_file(&dir).unwrap();
+    let err = Secret::from_file(&dir).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("reading {}: ", dir.display())),
+        "{err}"
+    );
 }
