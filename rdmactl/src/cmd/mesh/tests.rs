@@ -137,6 +137,30 @@ fn dead_host_is_the_culprit_not_its_pairs() {
 }
 
 #[test]
+fn a_host_whose_link_is_down_is_unreachable_not_also_rdma_down() {
+    // As the lab shows `link h4 down` (and the rules' promtool case): its peers time out
+    // connecting to it (host), while its own UD probes fail at its DOWN port (rdma).
+    fn f(p: &str, t: &str) -> Option<(u8, f64, f64)> {
+        Some(match (p, t) {
+            ("h4", _) => (3, 1.0, 0.0),
+            (_, "h4") => (2, 1.0, 0.0),
+            _ => (0, 0.0, 0.0),
+        })
+    }
+    assert_eq!(texts(H4, f), ["h4: unreachable (host) on 3 of 3 pairs"]);
+    assert_eq!(
+        texts(H3, |p, t| {
+            Some(match (p, t) {
+                ("h3", _) => (3, 1.0, 0.0),
+                (_, "h3") => (2, 1.0, 0.0),
+                _ => (0, 0.0, 0.0),
+            })
+        }),
+        ["h3: unreachable (host) on 2 of 2 pairs"]
+    );
+}
+
+#[test]
 fn half_the_mesh_down_blames_the_dead_not_the_survivors() {
     // h1 and h2 each fail to 2 of 3 targets (a majority), but those targets go first.
     fn f(p: &str, t: &str) -> Option<(u8, f64, f64)> {

@@ -192,8 +192,15 @@ pub fn verdicts(pairs: &[Pair], t: &Thresholds) -> Vec<Verdict> {
         |p| !prober_hosts.contains(&p.prober),
         t,
     );
+    // A host its counterparts blame is named by their view only, as the rules do: its own
+    // probes may fail at another layer (its fabric link down: its peers time out, while its
+    // own UD probes fail at its DOWN port first).
+    let target_hosts: BTreeSet<String> = targets.keys().map(|(h, _)| h.clone()).collect();
     let mut hosts: BTreeMap<(String, Fault), (usize, usize)> = targets;
     for (k, v) in probers {
+        if target_hosts.contains(&k.0) {
+            continue;
+        }
         let e = hosts.entry(k).or_insert(v);
         if v.0 > e.0 {
             *e = v;

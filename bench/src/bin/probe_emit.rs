@@ -1,0 +1,154 @@
+//! What a probes scrape costs per peer, against a scrape with no peers, in one run.
+//!
+//! `cargo run --release -p rdma-bench --bin probe_emit [PEERS] [ROUNDS]` (2,000 peers, 200
+//! rounds by default) builds two engine snapshots: one with the loopback targets only, one
+//! with PEERS UD peers as the engine holds them after its rounds (one target and one status
+//! per peer, a rack label each, losses counted). It interleaves, ROUNDS times, the probes
+//! collector's `emit` plus the text encoding of each, and prints both p50s, the series and
+//! bytes of each and their ratio. The lab's bench/lab-engine-scrape measures the whole
+//! scrape of a running rdmad; this one isolates the collector so its growth with the peers
+//! is seen without the lab (the per-peer scan it replaced made the collector quadratic).
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rdma_bench::{median, time};
+use rdma_probe::snapshot::LATENCY_BUCKETS;
+use rdma_probe::{
+    DiscoveryStats, Histogram, LatencySummary, PeerState, PeerStatus, PeerTransport, ProbeOp,
+    ProbeSnapshot, TargetResult,
+};
+use rdmad::metrics::{Format, MetricSet};
+
+fn target(peer: Option<String>, op: ProbeOp, n: u64) -> TargetResult {
+    let latency_seconds = Histogram::new(LATENCY_BUCKETS);
+    TargetResult {
+        kind: if peer.is_some() { "peer" } else { "loopback" },
+        device: "rxe0".into(),
+        port: 1,
+        transport: if peer.is_some() {
+            PeerTransport::Ud
+        } else {
+            PeerTransport::Rc
+        },
+        peer,
+        op,
+        size_bytes: 64,
+        latency_seconds,
+        last: Some(LatencySummary {
+            iterations: 100,
+            t_min_us: 10.0,
+            t_max_us: 40.0,
+            t_typical_us: 12.0 + (n % 7) as f64,
+            t_avg_us: 13.0,
+            t_stdev_us: 2.0,
+            p99_us: 30.0,
+            p99_9_us: 39.0,
+        }),
+        runs_total: n,
+        sent_total: 100 * n,
+        lost_total: n % 3,
+        lost_request_total: n % 3,
+        lost_reply_total: 0,
+        failures_total: BTreeMap::new(),
+        up: true,
+        last_error: None,
+    }
+}
+
+fn snapshot(peers: u64) -> ProbeSnapshot {
+    let mut targets: Vec<TargetResult> = [ProbeOp::Send, ProbeOp::Write, ProbeOp::Read]
+        .into_iter()
+        .map(|op| target(None, op, 1))
+        .collect();
+    let mut states = Vec::new();
+    for i in 0..peers {
+        // Addresses are only labels here: nothing is sent anywhere.
+        let peer = format!("10.{}.{}.{}:9737", i / 65536, (i / 256) % 256, i % 256);
+        targets.push(target(Some(peer.clone()), ProbeOp::Send, i));
+        states.push(PeerState {
+            peer,
+            connected: false,
+            connects_total: 0,
+            backoff_seconds: 15.0,
+            labels: Arc::new(BTreeMap::from([(
+                "rack".to_string(),
+                format!("r{}", i / 32),
+            )])),
+            planned: true,
+            status: Some(if i % 2 == 0 {
+                PeerStatus::Ok
+            } else {
+                PeerStatus::Host
+            }),
+        });
+    }
+    ProbeSnapshot {
+        clock: None,
+        rounds_total: 100,
+        round_duration_seconds: Some(2.0),
+        rounds_late_total: 0,
+        cpu_seconds_total: 1.0,
+        uptime_seconds: 200.0,
+        targets,
+        registrations: vec![],
+        peers: states,
+        handshakes_accepted_total: 0,
+        handshakes_refused_total: BTreeMap::new(),
+        ud_endpoints: vec![],
+        discovery: DiscoveryStats::default(),
+        own_labels: BTreeMap::new(),
+        own_peers: vec![],
+    }
+}
+
+fn scrape(s: &ProbeSnapshot) -> anyhow::Result<(usize, usize)> {
+    let mut out = MetricSet::new();
+    rdmad::collector::probes::emit(s, false, &mut out)?;
+    let series = out
+        .names()
+        .filter_map(|n| out.family(n))
+        .map(|f| f.len())
+        .sum();
+    Ok((series, out.encode(Format::Text).len()))
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let peers: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(2000);
+    let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(200);
+    anyhow::ensure!(rounds > 0, "ROUNDS must be at least 1");
+    let none = snapshot(0);
+    let many = snapshot(peers);
+    let (mut t_none, mut t_many) = (Vec::new(), Vec::new());
+    let (mut shape_none, mut shape_many) = ((0, 0), (0, 0));
+    for _ in 0..rounds {
+        let mut r = Ok((0, 0));
+        t_none.push(time(|| r = scrape(&none)));
+        shape_none = r?;
+        let mut r = Ok((0, 0));
+        t_many.push(time(|| r = scrape(&many)));
+        shape_many = r?;
+    }
+    let (p_none, p_many) = (median(t_none), median(t_many));
+    println!(
+        "no peers:   p50 {:>9.3} ms, {} series, {} bytes",
+        p_none.as_secs_f64() * 1e3,
+        shape_none.0,
+        shape_none.1
+    );
+    println!(
+        "{peers} peers: p50 {:>9.3} ms, {} series, {} bytes",
+        p_many.as_secs_f64() * 1e3,
+        shape_many.0,
+        shape_many.1
+    );
+    println!(
+        "ratio {:.2}x time for {:.1}x series ({} rounds interleaved)",
+        p_many.as_secs_f64() / p_none.as_secs_f64(),
+        shape_many.0 as f64 / shape_none.0.max(1) as f64,
+        rounds
+    );
+    Ok(())
+}
