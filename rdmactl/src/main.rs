@@ -85,7 +85,11 @@ fn main() -> ExitCode {
         .init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(err) => match cmd::without_lab(&err, std::env::args()) {
+        // args_os: std::env::args panics on an argument that is not UTF-8.
+        Err(err) => match cmd::without_lab(
+            &err,
+            std::env::args_os().map(|a| a.to_string_lossy().into_owned()),
+        ) {
             Some(lab) => return exit::report(&lab),
             None => err.exit(),
         },
