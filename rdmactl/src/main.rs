@@ -2,7 +2,8 @@
 //!
 //! A thin binary: every subcommand lives in `cmd/<name>.rs`, parses its own arguments and
 //! returns an [`ExitCode`]. Data comes from the `rdmakit` model, verbs from `rdma-verbs`,
-//! the Soft-RoCE lab from `rdma-lab`.
+//! the Soft-RoCE lab from `rdma-lab` (the `lab` feature, on by default; developer tooling that
+//! the packaged, operator's build leaves out).
 //!
 //! Exit codes (documented in the README and `--help`):
 //! 0 success, 1 failure, 2 usage error, 3 no RDMA stack or no RDMA device to talk to.
@@ -60,7 +61,10 @@ enum Command {
     /// Show RDMA devices and ports as the verbs layer sees them (not in this build).
     #[cfg(not(feature = "verbs"))]
     Verbs(cmd::WithoutVerbs),
+    // Developer tooling, the `lab` feature: the packaged rdmactl has no `lab`, not even a
+    // hidden one, so its man page and completions, generated from this command, name none.
     /// The Soft-RoCE lab: a qemu VM with a real rxe device (`lab up`, `lab run -- CMD`).
+    #[cfg(feature = "lab")]
     Lab(cmd::lab::Args),
     /// Live full-screen view of RDMA ports: rates, errors explained, QPs, probes, events.
     Top(cmd::top::Args),
@@ -79,8 +83,19 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // args_os: std::env::args panics on an argument that is not UTF-8.
+        Err(err) => match cmd::without_lab(
+            &err,
+            std::env::args_os().map(|a| a.to_string_lossy().into_owned()),
+        ) {
+            Some(lab) => return exit::report(&lab),
+            None => err.exit(),
+        },
+    };
     let result = match cli.command {
+        #[cfg(feature = "lab")]
         Command::Lab(args) => cmd::lab::run(args),
         Command::Top(args) => cmd::top::run(args),
         Command::Mesh(args) => cmd::mesh::run(args),

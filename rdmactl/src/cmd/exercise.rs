@@ -7,7 +7,9 @@
 //! `CounterProbe`) and `rdma resource show` counts (its nldev reader) before and after the
 //! run, and at the program's `lab_checkpoint()` when it stops itself there. The verdict
 //! rests on that and the exit code, never on the program's printed lines. `verify` is CI's:
-//! every reference solution must pass and every starter must fail, all in one boot.
+//! every reference solution must pass and every starter must fail, all in one boot. `check`
+//! and `verify` need the lab (the `lab` feature): the packaged rdmactl has neither `verify`
+//! nor a lab for `check`, which says so.
 use anyhow::{bail, Context as _};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,6 +39,8 @@ struct Exercise {
     chapter: u8,
     task: &'static str,
     starter: &'static str,
+    /// The reference solution (`verify` runs it; the lab's).
+    #[cfg_attr(not(feature = "lab"), allow(dead_code))]
     solution: &'static str,
     /// What the run must show on rxe0 (besides exit 0 and nothing left behind).
     expect: &'static [Behaviour],
@@ -141,6 +145,7 @@ pub enum ExerciseCommand {
         dir: PathBuf,
     },
     /// CI: every reference solution must pass and every starter must fail (one lab boot).
+    #[cfg(feature = "lab")]
     Verify,
     /// In the lab VM: run PROG and report what it did on DEVICE (hw counter deltas,
     /// `rdma resource show` counts before, at its checkpoint and after). `check` runs it.
@@ -250,7 +255,8 @@ fn compile(src: &Path, out: &Path) -> anyhow::Result<Result<(), String>> {
 }
 
 /// Run each (label, binary) under the observer in one lab VM; returns label -> (what the
-/// observer saw, the program's own output).
+/// observer saw, the program's own output). Through `rdmactl lab run`: callers check
+/// [`super::need_lab`] first.
 fn run_in_lab(bins: &[(String, PathBuf)]) -> anyhow::Result<Vec<(String, Observed, String)>> {
     let exe = std::env::current_exe().context("finding rdmactl")?;
     let mut cmd = Command::new(&exe);
@@ -499,6 +505,7 @@ pub fn run(cmd: ExerciseCommand) -> anyhow::Result<ExitCode> {
         }
         ExerciseCommand::Check { name, dir } => {
             let e = find(&name)?;
+            super::need_lab("lesson exercise check")?;
             let src = dir.join(format!("{}.c", e.name));
             if !src.is_file() {
                 bail!(
@@ -543,6 +550,7 @@ pub fn run(cmd: ExerciseCommand) -> anyhow::Result<ExitCode> {
             })
         }
         ExerciseCommand::Observe { device, prog } => observe(&device, &prog),
+        #[cfg(feature = "lab")]
         ExerciseCommand::Verify => {
             let dir = tempdir()?;
             let mut bins = Vec::new();
@@ -594,6 +602,7 @@ pub fn run(cmd: ExerciseCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+#[cfg(feature = "lab")]
 fn tempdir() -> anyhow::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("rdmactl-exercises-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -146,4 +146,47 @@ mod tests {
             }
         }
     }
+
+    /// The packaged rdmactl (built without the `lab` feature): no `lab` in `--help`, the
+    /// man page or any completion, not even a hidden one (clap_complete lists hidden
+    /// subcommands), and no `lesson exercise verify`.
+    #[cfg(not(feature = "lab"))]
+    #[test]
+    fn packaged_build_offers_no_lab() {
+        let cmd = crate::Cli::command();
+        assert!(cmd.find_subcommand("lab").is_none());
+        let help = cmd.clone().render_help().to_string();
+        assert!(
+            !help.lines().any(|l| l.trim_start().starts_with("lab ")),
+            "{help}"
+        );
+        assert!(!text(What::Man).contains("rdmactl\\-lab"));
+        assert!(!text(What::CompleteBash).contains("rdmactl__subcmd__lab"));
+        assert!(!text(What::CompleteZsh).contains("'lab:"));
+        assert!(!text(What::CompleteFish).contains("-a \"lab\""));
+        let exercise = cmd
+            .find_subcommand("lesson")
+            .and_then(|l| l.find_subcommand("exercise"))
+            .expect("lesson exercise");
+        assert!(exercise.find_subcommand("check").is_some());
+        assert!(exercise.find_subcommand("verify").is_none());
+    }
+
+    /// The checkout's rdmactl (the `lab` feature, on by default) offers the lab everywhere:
+    /// the strings the packaged build's test looks for are the ones a lab would leave.
+    #[cfg(feature = "lab")]
+    #[test]
+    fn lab_build_offers_the_lab() {
+        assert!(visible_subcommands().contains(&"lab".to_string()));
+        assert!(text(What::Man).contains("rdmactl\\-lab"));
+        assert!(text(What::CompleteBash).contains("rdmactl__subcmd__lab"));
+        assert!(text(What::CompleteZsh).contains("'lab:"));
+        assert!(text(What::CompleteFish).contains("-a \"lab\""));
+        let cmd = crate::Cli::command();
+        let exercise = cmd
+            .find_subcommand("lesson")
+            .and_then(|l| l.find_subcommand("exercise"))
+            .expect("lesson exercise");
+        assert!(exercise.find_subcommand("verify").is_some());
+    }
 }

@@ -8,6 +8,7 @@ pub mod exercise;
 pub mod experiment;
 pub mod explain;
 pub mod generate;
+#[cfg(feature = "lab")]
 pub mod lab;
 pub mod lesson;
 pub mod mesh;
@@ -39,4 +40,96 @@ pub fn without_verbs(name: &str) -> anyhow::Result<std::process::ExitCode> {
          rebuild with `cargo build-rdma` (cargo build --release -p rdmad -p rdmactl \
          --features rdmactl/verbs; needs cmake and clang). `rdmactl lab` builds it for the VM."
     )))
+}
+
+/// A command line this build refused because it names developer tooling it was built
+/// without (the `lab` feature: `rdmactl lab ...`, `rdmactl lesson exercise verify`): the
+/// error saying so and how to get it, instead of clap's "unrecognized subcommand". None for
+/// any other error, and always in a build with the lab.
+pub fn without_lab(
+    err: &clap::Error,
+    args: impl IntoIterator<Item = String>,
+) -> Option<anyhow::Error> {
+    if cfg!(feature = "lab") || err.kind() != clap::error::ErrorKind::InvalidSubcommand {
+        return None;
+    }
+    let args: Vec<String> = args.into_iter().skip(1).collect();
+    let what = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["lab", ..] => "lab",
+        ["lesson", "exercise", "verify", ..] => "lesson exercise verify",
+        _ => return None,
+    };
+    need_lab(what).err()
+}
+
+/// Ok when this rdmactl has the lab (the `lab` feature), else the error saying it was built
+/// without it (exit 2, like a subcommand this build does not have).
+pub fn need_lab(what: &str) -> anyhow::Result<()> {
+    if cfg!(feature = "lab") {
+        return Ok(());
+    }
+    Err(anyhow::Error::new(crate::exit::CodedError {
+        message: format!(
+            "this rdmactl was built without the lab feature (developer tooling): \
+             cargo build -p rdmactl --features lab (on by default in a checkout) builds one \
+             with `rdmactl {what}`"
+        ),
+        code: 2,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    /// What rdmactl says to `argv`: None when it parses or clap's own error stands, else
+    /// the lab's message and exit code.
+    fn refused(argv: &[&str]) -> Option<(String, u8)> {
+        let err = crate::Cli::try_parse_from(argv).err()?;
+        let lab = super::without_lab(&err, argv.iter().map(|a| a.to_string()))?;
+        let code = lab
+            .downcast_ref::<crate::exit::CodedError>()
+            .map(|c| c.code);
+        Some((lab.to_string(), code.unwrap_or(0)))
+    }
+
+    #[cfg(not(feature = "lab"))]
+    #[test]
+    fn without_the_lab_feature_lab_commands_say_how_to_get_them() {
+        for (argv, what) in [
+            (&["rdmactl", "lab", "up"][..], "`rdmactl lab`"),
+            (&["rdmactl", "lab"][..], "`rdmactl lab`"),
+            (
+                &["rdmactl", "lesson", "exercise", "verify"][..],
+                "`rdmactl lesson exercise verify`",
+            ),
+        ] {
+            let (message, code) = refused(argv).expect("refused with the lab's message");
+            assert!(
+                message.contains("built without the lab feature (developer tooling)"),
+                "{message}"
+            );
+            assert!(
+                message.contains("cargo build -p rdmactl --features lab"),
+                "{message}"
+            );
+            assert!(message.contains(what), "{message}");
+            assert_eq!(code, 2);
+        }
+        // Any other unknown subcommand keeps clap's error.
+        assert!(refused(&["rdmactl", "labx"]).is_none());
+        assert!(refused(&["rdmactl", "verify"]).is_none());
+        let check = super::need_lab("lesson exercise check").unwrap_err();
+        assert!(check.to_string().contains("--features lab"), "{check}");
+    }
+
+    #[cfg(feature = "lab")]
+    #[test]
+    fn with_the_lab_feature_lab_commands_parse() {
+        assert!(crate::Cli::try_parse_from(["rdmactl", "lab", "status"]).is_ok());
+        assert!(crate::Cli::try_parse_from(["rdmactl", "lesson", "exercise", "verify"]).is_ok());
+        assert!(super::need_lab("lesson exercise check").is_ok());
+        // An unknown subcommand is clap's error, not the lab's.
+        assert!(refused(&["rdmactl", "labx"]).is_none());
+    }
 }
