@@ -225,6 +225,7 @@ struct loop {
 	int gid_index;
 	union ibv_gid gid;
 	uint32_t psn[2]; /* each QP's initial send PSN, fresh for every connection */
+	uint8_t retry_cnt; /* RTS retry_cnt of both QPs: 7 unless changed before connecting */
 };
 
 /* Free whatever exists, children before parents: QPs, CQs, PD, context. */
@@ -254,6 +255,7 @@ static inline int loop_open(struct loop *l, const char *dev)
 
 	memset(l, 0, sizeof(*l));
 	l->port = 1;
+	l->retry_cnt = 7;
 	l->ctx = open_device(dev);
 	if (!l->ctx)
 		return -1;
@@ -373,7 +375,7 @@ static inline int qp_connect(struct loop *l, int i, const struct conn_info *peer
 	a.qp_state = IBV_QPS_RTS;
 	a.sq_psn = l->psn[i];
 	a.timeout = 14; /* 4.096 us * 2^14 = 67 ms */
-	a.retry_cnt = 7;
+	a.retry_cnt = l->retry_cnt;
 	a.rnr_retry = rnr_retry;
 	a.max_rd_atomic = 4;
 	rc = ibv_modify_qp(qp, &a,

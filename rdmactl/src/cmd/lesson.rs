@@ -175,6 +175,7 @@ const CODE: &[(&str, &str)] = &[
     code!("06_sge_rereg.c"),
     code!("07_gid_table.c"),
     code!("08_wc_errors.c"),
+    code!("08_dead_peer.c"),
     code!("09_teardown.c"),
     code!("10_rkey_check.c"),
     code!("11_counters.c"),

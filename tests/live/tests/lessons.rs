@@ -592,6 +592,21 @@ fn ch06_gather_scatter_and_rereg_mr() {
     }
 }
 
+#[test]
+fn ch08_idle_connection_learns_of_a_dead_peer_only_when_it_sends() {
+    let r = run_ok("08_dead_peer", &["2000"]);
+    r.expect("connected: timeout 14 (67 ms), retry_cnt 6")
+        .expect("0. keepalive to live B: IBV_WC_SUCCESS; completions at B: 0")
+        .expect("1. A idle for 2000 ms: completions 0, A's QP state RTS")
+        .expect("2. keepalive to dead B: IBV_WC_RETRY_EXC_ERR after ");
+    assert!(
+        r.line("2. keepalive to dead B")
+            .ends_with("A's QP state ERR"),
+        "{}",
+        r.stdout
+    );
+}
+
 /// The lines of one branch of 17_triage (its title line and the indented lines after it).
 fn triage_branch(r: &Run, title: &str) -> String {
     let mut lines = r.stdout.lines().skip_while(|l| !l.starts_with(title));
