@@ -208,6 +208,7 @@ static int setup_sender(struct sender *s, struct ibv_context *ctx, struct ibv_pd
 	s->l.ctx = ctx;
 	s->l.pd = pd;
 	s->l.port = port;
+	s->l.retry_cnt = 7; /* what loop_open() sets; qp_connect() uses it */
 	s->l.pa = *pa;
 	s->l.gid_index = gid_index;
 	s->l.gid = *gid;

@@ -264,6 +264,7 @@ static int setup(struct events *e, const char *dev)
 	int i;
 
 	e->l.port = 1;
+	e->l.retry_cnt = 7; /* what loop_open() sets; qp_connect() uses it */
 	e->l.ctx = open_device(dev);
 	if (!e->l.ctx)
 		return -1;
