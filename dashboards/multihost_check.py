@@ -8,21 +8,28 @@ results through the Prometheus HTTP API:
 
   1. the pingmesh dashboard's matrix query (read from dashboards/rdma-pingmesh.json) returns
      all 12 ordered pairs, every pair probed over UD;
-  2. netem loss on h3's link: only pairs with h3 show loss, the localization names h3 alone
-     (RdmaHostLinkLossy{host="h3", direction="egress"}) and no path alert fires (rule
-     evaluation in Prometheus); their latency is measured and printed;
-  3. h4 killed: its pairs go unreachable, RdmaHostUnreachable{host="h4"} fires and no path
-     alert does;
-  4. h4 out of DNS: its series vanish (staleness: an instant query no longer returns them);
-  5. h4 back (restarted, in DNS again, rdmad started): every pair answers, alerts resolve;
-  6. h3 and h4 out of DNS: h1 and h2 probe one peer each with the QPs (`rdma res`) they had
-     with three (UD: one QP per device whatever the mesh), then back: the 12 pairs again.
+  2. the fault matrix (dashboards/fault_matrix.py), with a real Alertmanager: link down,
+     20% ingress loss, 20% egress loss, a partition, a one-way partition, rdmad killed, rxe0
+     removed, +2 ms delay, a host killed; for each the culprit alerts, the pair alerts left
+     firing, seconds to firing and to resolved, one notification per culprit. During the
+     egress loss on h3: only pairs with h3 show loss, the localization names h3 alone
+     (RdmaHostLinkLossy{host="h3", direction="egress"}) with no path alert, the dashboard's
+     verdicts panel names it, and `rdmactl mesh --prometheus` (text and --json, printed)
+     names it; h4 killed: its pairs go unreachable, RdmaHostUnreachable{host="h4"} fires and
+     no path alert does;
+  3. h4 out of DNS: its series vanish (staleness: an instant query no longer returns them);
+  4. h4 back in DNS: every pair answers, alerts resolve;
+  5. h3 and h4 out of DNS: h1 and h2 probe one peer each with the QPs (`rdma res`) they had
+     with three (UD: one QP per device whatever the mesh), then back: the 12 pairs again;
+  6. five minutes without a fault: no alert fires, no notification; then the notifications
+     of each fault (one per culprit) and the matrix table.
 
     dashboards/multihost_check.py --prometheus URL --rdmactl PATH --control SOCKET \
-        --start-rdmad-file FILE [--interval 2]
+        --start-rdmad-file FILE --alertmanager URL --hook-port PORT [--interval 2]
 
 Every wait is bounded; every fault is undone on the way out (netem cleared, hosts back in
-DNS; a killed h4 is restarted by the checks themselves, or ends with the lab).
+DNS, hosts cleared, partitions healed, links up; a killed h4 is restarted by the checks
+themselves, or ends with the lab).
 Prints one line per check and "N passed, M failed"; exits 1 on any failure.
 """
 import argparse
@@ -33,12 +40,15 @@ import sys
 import time
 from pathlib import Path
 
+import fault_matrix
+from fault_matrix import Fault, Matrix
 from live_check import DASH, api, get, resolve_vars, substitute
 
 HOSTS = ["h1", "h2", "h3", "h4"]
 PROBE_PORT = 9737
 MATRIX_PANEL = "Latency matrix (typical round trip)"
 LOSS_PANEL = "Loss matrix (lost probes, 30s)"
+VERDICTS_PANEL = "Verdicts (firing culprit alerts)"
 LOSS_THRESHOLD = 0.02  # MESH_LOSS_RATIO of dashboards/gen.py: a pair is lossy above it
 PATH_ALERTS = ["RdmaPathDown", "RdmaPathLossy", "RdmaPairLatencyAboveBaseline"]
 
@@ -62,6 +72,7 @@ class Run:
         self.control = a.control
         self.start_rdmad = Path(a.start_rdmad_file).read_text().strip()
         self.interval = a.interval
+        self.all_pairs = ALL_PAIRS
         self.passed = 0
         self.failed = 0
         self.netem_on = False
@@ -148,6 +159,9 @@ class Run:
                 out.add((lb.get("instance") or lb.get("host") or lb.get("a"),
                          host_of(lb.get("peer", "")) or lb.get("b", "")))
         return out
+
+    def api_alerts(self):
+        return get(self.base, "/api/v1/alerts")["alerts"]
 
     def culprits(self, name, state="firing"):
         """The label sets (host, direction) of the host alert `name` in `state`."""
@@ -259,13 +273,10 @@ class Run:
             f"sum by (instance, peer) (increase(rdma_probe_latency_seconds_sum{sel}[{window}s]))"
             f" / sum by (instance, peer) (increase(rdma_probe_latency_seconds_count{sel}[{window}s]))")
 
-    def netem_h3(self):
+    def netem_h3(self, t_fault, before):
+        """The checks during 20% egress loss on h3 (the matrix injects and undoes it)."""
         with3 = {p for p in ALL_PAIRS if "h3" in p}
         without = ALL_PAIRS - with3
-        before = self.latency(60)
-        self.fault("netem", "h3", "loss", "5%")
-        self.netem_on = True
-        t_fault = time.time()
 
         want = {("h3", "egress")}
 
@@ -274,7 +285,7 @@ class Run:
             firing = self.culprits("RdmaHostLinkLossy")
             ok = all(ratio.get(p, 0) > LOSS_THRESHOLD for p in with3) and want <= firing
             return (ratio, firing) if ok else None
-        res, t = self.wait("loss on h3's pairs", 480, cond)
+        res, t = self.wait("loss on h3's pairs", 60, cond)
         ratio, firing = res or (self.pairs(self.panel_expr(LOSS_PANEL)),
                                 self.culprits("RdmaHostLinkLossy"))
         paths = self.paths()
@@ -283,7 +294,7 @@ class Run:
         self.check("netem-h3-loss-on-h3-pairs", t is not None and
                    all(ratio.get(p, 0) > LOSS_THRESHOLD for p in with3),
                    f"loss ratio (the dashboard's loss matrix) of h3's pairs: {fmt(with3)} "
-                   f"(after {t or 0:.0f} s of 5% netem loss on h3's egress)")
+                   f"(after {t or 0:.0f} s of 20% netem loss on h3's egress)")
         # The healthy pairs: no lost request since the fault began (a reply later than the
         # probe's reply timeout on a loaded TCG host would count; the printed figures say).
         window = int(time.time() - t_fault) + 2 * int(self.interval)
@@ -314,14 +325,29 @@ class Run:
                          med([d[p] for p in without if p in d]))
         print(f"   median RTT of h3's pairs over the others' (not asserted): before "
               f"{rel(before):.2f}, during the loss {rel(during):.2f}", flush=True)
-        self.fault("clear", "h3")
-        self.netem_on = False
+        # The dashboard opens with the verdicts: its panel names h3's egress.
+        expr = self.panel_expr(VERDICTS_PANEL)
+        rows = [s["metric"] for s in self.query(expr)]
+        self.check("pingmesh-dashboard-verdicts-name-h3-egress",
+                   any(m.get("alertname") == "RdmaHostLinkLossy" and m.get("host") == "h3"
+                       and m.get("direction") == "egress" for m in rows),
+                   f"the verdicts panel's query returns {rows}")
+        # What an operator runs: `rdmactl mesh` on the same Prometheus, text and --json.
+        out = fault_matrix.mesh_cli(self, self.base)
+        try:
+            verdicts = json.loads(out[True].stdout)["verdicts"]
+        except (ValueError, KeyError) as e:
+            verdicts = f"not JSON with verdicts: {e}"
+        named = isinstance(verdicts, list) and any(
+            v.get("host") == "h3" and v.get("fault") == "egress" for v in verdicts)
+        self.check("rdmactl-mesh-names-h3-egress", named and out[True].returncode == 4
+                   and out[False].returncode == 4,
+                   f"rdmactl mesh exits {out[False].returncode} (text) and "
+                   f"{out[True].returncode} (--json; 4: a fault named); its verdicts {verdicts}")
 
     def kill_h4(self):
+        """The checks while h4 is killed (the matrix kills it and brings it back)."""
         to_h4 = {(h, "h4") for h in HOSTS if h != "h4"}
-        self.wait("every pair up before the kill", 300,
-                  lambda: set(self.pairs("rdma:probe_pair_up == 1")) == ALL_PAIRS)
-        self.fault("kill", "h4")
 
         want = {("h4", "")}
 
@@ -329,7 +355,7 @@ class Run:
             down = set(self.pairs("rdma:probe_pair_up == 0"))
             firing = self.culprits("RdmaHostUnreachable")
             return (down, firing) if to_h4 <= down and want <= firing else None
-        res, t = self.wait("h4 unreachable", 300, cond)
+        res, t = self.wait("h4 unreachable", 60, cond)
         down, firing = res or (set(self.pairs("rdma:probe_pair_up == 0")),
                                self.culprits("RdmaHostUnreachable"))
         paths = self.paths()
@@ -363,9 +389,10 @@ class Run:
         want = {p for p in ALL_PAIRS if "h4" not in p}
 
         def others():
+            # h4 itself runs on (the matrix brought it back): it still finds the other three.
             disc = {s["metric"]["instance"]: float(s["value"][1]) for s in
-                    self.query('rdma_probe_discovered_peers{job="rdmad", source="dns"}')}
-            rest = set(self.pairs("rdma:probe_pair_up == 1"))
+                    self.query('rdma_probe_discovered_peers{job="rdmad", source="dns", instance!="h4"}')}
+            rest = {p for p in self.pairs("rdma:probe_pair_up == 1") if p[0] != "h4"}
             ok = disc == {"h1": 2.0, "h2": 2.0, "h3": 2.0} and rest == want
             return (ok, disc, rest)
         _, t = self.wait("the others probing", 120, lambda: others()[0])
@@ -373,10 +400,13 @@ class Run:
         self.check("dns-remove-h4-the-others-keep-probing", t is not None,
                    f"discovered peers {disc}; pairs up {sorted(rest)}")
 
-    def h4_back(self):
+    def restart_h4(self):
+        """Undo of the matrix's kill: h4 booted again, and its pingmesh rdmad started."""
         self.fault("restart", "h4", timeout=420)
-        self.dns("h4", True)
         self.exec("h4", self.start_rdmad)
+
+    def h4_back(self):
+        self.dns("h4", True)
         names = ["RdmaHostUnreachable", "RdmaAgentDown", "RdmaHostRdmaDown", "RdmaHostLinkLossy",
                  "RdmaPathDown", "RdmaPathLossy", "RdmaExporterDown"]
 
@@ -393,13 +423,69 @@ class Run:
                    f"{ {n: sorted(v) for n, v in active.items()} } (after {t or 0:.0f} s)")
 
     def undo(self):
-        undo = [("netem on h3", lambda: self.fault("clear", "h3"))] if self.netem_on else []
+        undo = [(f"faults on {h}", lambda h=h: self.fault("clear", h)) for h in HOSTS[1:]]
+        undo += [("partitions", lambda: self.fault("heal")),
+                 ("links", lambda: [self.fault("link", h, "up") for h in HOSTS[1:]])]
         undo += [(f"{h} out of DNS", lambda h=h: self.dns(h, True)) for h in sorted(self.dns_out)]
         for what, fn in undo:
             try:
                 fn()
             except Exception as e:
                 print(f"undo {what}: {e}", flush=True)
+
+
+def run_matrix(r, m):
+    """The faults of issue #29's matrix, in an order that never repeats a culprit in two
+    faults in a row (Alertmanager groups by culprit) and puts the link down first (rdmad's
+    RdmaLinkDowned counts it over 5 minutes: over before the quiet phase). h1 runs the lab's
+    DNS: the faults that cut a host off spare it."""
+    host = lambda name, h, **lb: (name, dict(host=h, **lb))
+    path = lambda a, b, layer: ("RdmaPathDown", dict(a=a, b=b, layer=layer))
+    state = {}
+
+    def egress_inject():
+        state["before"] = r.latency(60)
+        r.fault("netem", "h3", "loss", "20%")
+        state["t"] = time.time()
+
+    def delay_visible():
+        """+2 ms is "slow" by the shipped rule only where it at least doubles the pairs' own
+        baseline (MESH latency_factor 2): so below 2 ms of baseline RTT (any real fabric; a
+        lightly loaded lab). Under a loaded TCG lab the pairs' baseline is milliseconds."""
+        base = r.pairs('rdma:probe_pair_latency_seconds:baseline1d{target="h3"}')
+        med = sorted(base.values())[len(base) // 2] if base else float("inf")
+        factor = fault_matrix.MESH["latency_factor"]
+        ok = med * (factor - 1) < 0.002
+        return ok, (f"the median baseline RTT of the pairs to h3 is {med * 1e3:.2f} ms: +2 ms "
+                    f"{'is' if ok else 'is not'} above {factor:g}x it")
+
+    faults = [
+        Fault("link-down-h3", ["link", "h3", "down"], ["link", "h3", "up"],
+              [host("RdmaHostUnreachable", "h3")], ["h3"]),
+        Fault("ingress-loss-20%-h2", ["ingress", "h2", "loss", "20%"], ["clear", "h2"],
+              [host("RdmaHostLinkLossy", "h2", direction="ingress")], ["h2"]),
+        Fault("egress-loss-20%-h3", egress_inject, ["clear", "h3"],
+              [host("RdmaHostLinkLossy", "h3", direction="egress")], ["h3"]),
+        Fault("partition-h2-h3", ["partition", "h2", "h3"], ["heal", "h2", "h3"],
+              [path("h2", "h3", "host"), path("h3", "h2", "host")], ["h2", "h3"], kind="path"),
+        Fault("kill-rdmad-h4", ["kill-rdmad", "h4"], ["start-rdmad", "h4"],
+              [host("RdmaAgentDown", "h4")], ["h4"]),
+        Fault("rxe-remove-h2", ["rxe-remove", "h2"], ["rxe-add", "h2"],
+              [host("RdmaHostRdmaDown", "h2")], ["h2"]),
+        # h4 -> h2 dropped, h2 -> h4 passes: a UD echo and a TCP connect both need the way
+        # back, so both pairs fail; the pair is named, its direction is not.
+        Fault("oneway-partition-h4-to-h2", ["partition", "h4", "h2", "--oneway"],
+              ["heal", "h4", "h2"], [path("h4", "h2", "host"), path("h2", "h4", "host")],
+              ["h2", "h4"], kind="path"),
+        Fault("delay-2ms-h3", ["netem", "h3", "delay", "2ms"], ["clear", "h3"],
+              [host("RdmaHostLatencyHigh", "h3")], ["h3"], detectable=delay_visible),
+        Fault("kill-h4", ["kill", "h4"], r.restart_h4,
+              [host("RdmaHostUnreachable", "h4")], ["h4"]),
+    ]
+    during = {"egress-loss-20%-h3": lambda: r.netem_h3(state["t"], state["before"]),
+              "kill-h4": r.kill_h4}
+    for f in faults:
+        m.one(f, during.get(f.name))
 
 
 def main():
@@ -411,19 +497,30 @@ def main():
                     help="shell script that starts a host's rdmad (for h4 after its restart)")
     ap.add_argument("--interval", type=float, default=2.0,
                     help="the probe (= discovery) interval and the scrape interval, seconds")
-    r = Run(ap.parse_args())
+    ap.add_argument("--alertmanager", required=True,
+                    help="the Alertmanager the Prometheus sends its alerts to")
+    ap.add_argument("--hook-port", type=int, required=True,
+                    help="127.0.0.1 port of the webhook the Alertmanager's receivers point at")
+    a = ap.parse_args()
+    fault_matrix.start_hook(a.hook_port)
+    r = Run(a)
     # SIGTERM (tests/multihost-prometheus stopping): undo the faults, then exit.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t0 = time.time()
     try:
         if r.targets_up() and r.matrix("pingmesh-matrix-has-the-12-pairs"):
             r.discovery_and_transport()
-            r.netem_h3()
-            r.kill_h4()
-            r.dns_remove_h4()
-            r.h4_back()
-            r.qps_one_peer()
-            r.matrix("pingmesh-matrix-has-the-12-pairs-again")
+            m = Matrix(r, a.alertmanager)
+            try:
+                run_matrix(r, m)
+                r.dns_remove_h4()
+                r.h4_back()
+                r.qps_one_peer()
+                r.matrix("pingmesh-matrix-has-the-12-pairs-again")
+                m.quiet_phase()
+                m.check_notifications()
+            finally:
+                m.table()
     except Exception as e:  # a fault that could not be injected fails the run
         r.check("faults-and-queries", False, f"{type(e).__name__}: {e}")
     finally:

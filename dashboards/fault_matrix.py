@@ -1,0 +1,357 @@
+"""The pingmesh fault matrix (issue #29's "Must show"), run by dashboards/multihost_check.py on
+the one 4-host lab of tests/multihost-prometheus: a real Prometheus with the shipped rules
+(`for:` at 10 s) sends its alerts to a real Alertmanager with the shipped configuration
+(deploy/alertmanager/alertmanager.yml; only its webhook URL points at the Hook below, on
+127.0.0.1, which keeps every notification).
+
+Each fault is injected through `rdmactl lab fault`, held until its culprit alerts fire and
+one `for:` plus two evaluations more (an alert pending beside them would fire in that time),
+then undone; the matrix records, from Prometheus' /api/v1/alerts polled every second:
+
+  - the culprit alerts that fired (the pingmesh's host or path alerts) and whether they are
+    the right ones (host, direction, layer, pair);
+  - the pair alerts left firing beside a host culprit (RdmaPathDown, RdmaPathLossy,
+    RdmaPairLatencyAboveBaseline: none may, a culprit explains them);
+  - the other alerts that fired (rdmad down, an RDMA port down, counter alerts): each must
+    be about a host the fault touches;
+  - seconds from injection to the culprits firing (target: 30) and from the undo to every
+    culprit, pair, rdmad-down and port-down alert resolved (target: 60);
+  - the notifications the Alertmanager sent the culprit receivers: exactly one per culprit.
+
+Then five minutes without a fault: no alert fires, no notification. Every wait is a bounded
+poll; the bounds come from the probe/scrape interval and the shortened `for:`.
+"""
+import http.server
+import json
+import subprocess
+import threading
+import time
+import tomllib
+from pathlib import Path
+
+HOST_ALERTS = ["RdmaHostUnreachable", "RdmaAgentDown", "RdmaHostRdmaDown", "RdmaHostLinkLossy",
+               "RdmaHostLatencyHigh"]
+PAIR_ALERTS = ["RdmaPathDown", "RdmaPathLossy", "RdmaPairLatencyAboveBaseline"]
+MESH_ALERTS = HOST_ALERTS + PAIR_ALERTS
+# Not the pingmesh's, but the same verdict about a host (routed with its culprit alerts).
+HOST_STATE_ALERTS = ["RdmaExporterDown", "RdmaPortNotActive"]
+CULPRIT_RECEIVERS = {"rdma-culprit-host", "rdma-culprit-path"}
+FIRE_TARGET = 30.0
+RESOLVE_TARGET = 60.0
+QUIET_SECONDS = 300
+# The localization's thresholds (what gen.py writes into the rules).
+MESH = tomllib.loads((Path(__file__).resolve().parent / "pingmesh.toml").read_text())
+
+
+class Hook(http.server.BaseHTTPRequestHandler):
+    """The Alertmanager's webhook receiver: keeps (arrival time, notification)."""
+    received = []
+    lock = threading.Lock()
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with Hook.lock:
+            Hook.received.append((time.time(), json.loads(body)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def start_hook(port):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def key_of(labels):
+    return tuple(sorted((k, v) for k, v in labels.items() if k != "severity"))
+
+
+def show(key):
+    lb = dict(key)
+    name = lb.get("alertname", "?")
+    if name in PAIR_ALERTS:
+        extra = f",{lb['layer']}" if lb.get("layer") else ""
+        return f"{name}{{{lb.get('a')}->{lb.get('b')}{extra}}}"
+    who = lb.get("host") or lb.get("instance", "")
+    extra = "".join(f",{lb[k]}" for k in ("direction", "device") if lb.get(k))
+    return f"{name}{{{who}{extra}}}"
+
+
+def about(key):
+    """The hosts an alert is about."""
+    lb = dict(key)
+    hosts = {lb.get(k) for k in ("host", "a", "b") if lb.get(k)}
+    if not hosts and lb.get("instance"):
+        hosts.add(lb["instance"].split(":")[0])
+    return hosts
+
+
+class Tracker:
+    """Polls Prometheus' active alerts every `step` seconds: [(time, {key: state})]."""
+
+    def __init__(self, get_alerts, step=1.0):
+        self.get_alerts = get_alerts
+        self.step = step
+        self.snaps = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.errors = 0
+        threading.Thread(target=self.loop, daemon=True).start()
+
+    def loop(self):
+        while not self.stop.is_set():
+            t = time.time()
+            try:
+                snap = {key_of(a["labels"]): a["state"] for a in self.get_alerts()}
+                with self.lock:
+                    self.snaps.append((t, snap))
+            except Exception:  # Prometheus busy: the next poll
+                self.errors += 1
+            self.stop.wait(self.step)
+
+    def since(self, t0, t1=None):
+        with self.lock:
+            return [(t, s) for t, s in self.snaps if t >= t0 and (t1 is None or t <= t1)]
+
+    def latest(self):
+        with self.lock:
+            return self.snaps[-1] if self.snaps else (0.0, {})
+
+    def fired(self, t0, t1=None):
+        """{key: first time seen firing} between t0 and t1."""
+        out = {}
+        for t, s in self.since(t0, t1):
+            for k, st in s.items():
+                if st == "firing" and k not in out:
+                    out[k] = t
+        return out
+
+    def wait_for(self, after, limit, cond):
+        """Poll the snapshots taken after `after` until cond(snapshot) holds, at most `limit`
+        seconds from `after`; the snapshot's time or None."""
+        while True:
+            for t, s in self.since(after):
+                if cond(s):
+                    return t
+            if time.time() - after > limit:
+                return None
+            time.sleep(self.step)
+
+
+class Fault:
+    def __init__(self, name, inject, undo, culprits, touched, kind="host", note="",
+                 detectable=None):
+        self.name = name
+        self.inject = inject      # [fault words] or a callable
+        self.undo = undo
+        self.culprits = culprits  # [(alertname, {label: value})]
+        self.touched = touched    # the hosts the fault touches
+        self.kind = kind          # "host": pair alerts must not fire; "path": they are the culprit
+        self.note = note
+        # () -> (bool, why): whether the shipped thresholds can see the fault here at all
+        # (asked before the injection); when not, its culprit is printed, not required.
+        self.detectable = detectable
+        self.row = {}
+
+
+def matches(key, want):
+    lb = dict(key)
+    name, labels = want
+    return lb.get("alertname") == name and all(lb.get(k) == v for k, v in labels.items())
+
+
+class Matrix:
+    def __init__(self, run, alertmanager):
+        self.run = run
+        self.am = alertmanager
+        self.interval = run.interval
+        self.for_s = 10.0  # the shortened `for:` of tests/multihost-prometheus
+        self.tracker = Tracker(lambda: run.api_alerts(), step=1.0)
+        self.faults = []
+        self.quiet = {}
+
+    def settle(self, what):
+        """Before a fault: no pingmesh alert pending or firing, no rdmad or port down, and
+        every pair up (bounded: a loss window, a `for:` and a reconnect backoff)."""
+        t0 = time.time()
+        limit = 180
+
+        def clean():
+            _, s = self.tracker.latest()
+            bad = [k for k in s if dict(k).get("alertname") in MESH_ALERTS + HOST_STATE_ALERTS]
+            up = set(self.run.pairs("rdma:probe_pair_up == 1"))
+            return not bad and up == self.run.all_pairs
+        _, t = self.run.wait(f"clean before {what}", limit, clean)
+        if t is None:
+            _, s = self.tracker.latest()
+            print(f"   not clean before {what} after {limit} s: active "
+                  f"{sorted(show(k) + ' ' + v for k, v in s.items())}", flush=True)
+        return time.time() - t0
+
+    def do(self, action):
+        if callable(action):
+            action()
+        else:
+            self.run.fault(*action, timeout=420)
+
+    def one(self, f, during=None):
+        """Inject, hold, undo, measure one fault; returns its row."""
+        settle = self.settle(f.name)
+        detectable, why = f.detectable() if f.detectable else (True, "")
+        if why:
+            print(f"   {f.name}: {why}", flush=True)
+        _, before = self.tracker.latest()
+        t_inj = time.time()
+        self.do(f.inject)
+        # Hold: until every culprit fires (at most 60 s, the 30 s target measured), then one
+        # `for:` and two evaluations more.
+        limit = 2 * FIRE_TARGET
+        t_all = self.tracker.wait_for(t_inj, limit, lambda s: all(
+            any(matches(k, c) and st == "firing" for k, st in s.items()) for c in f.culprits))
+        if during:
+            during()
+        hold_until = (t_all or time.time()) + self.for_s + 2 * self.interval
+        while time.time() < hold_until:
+            time.sleep(self.tracker.step)
+        t_undo0 = time.time()
+        self.do(f.undo)
+        t_undo = time.time()
+        fired = self.tracker.fired(t_inj, t_undo)
+        first = {i: min([t for k, t in fired.items() if matches(k, c)], default=None)
+                 for i, c in enumerate(f.culprits)}
+        mesh = {k for k in fired if dict(k)["alertname"] in MESH_ALERTS}
+        culprit_keys = {k for k in mesh if any(matches(k, c) for c in f.culprits)}
+        wrong = mesh - culprit_keys
+        pairs_left = {k for k in mesh if dict(k)["alertname"] in PAIR_ALERTS} - culprit_keys
+        # Alerts firing already before the injection (a counter window of the last fault)
+        # are not this fault's.
+        other = {k for k in fired if k not in mesh and before.get(k) != "firing"}
+        other_elsewhere = {k for k in other if not about(k) <= set(f.touched)}
+        # Resolution: no culprit, pair, rdmad-down or port-down alert firing (those that
+        # fired, and any that would fire only after the undo).
+        watched = MESH_ALERTS + HOST_STATE_ALERTS
+        t_res = self.tracker.wait_for(t_undo, 2 * RESOLVE_TARGET, lambda s: not any(
+            st == "firing" and dict(k)["alertname"] in watched for k, st in s.items()))
+        late = self.tracker.fired(t_undo, t_res)
+        late = sorted(show(k) for k in late if k not in fired
+                      and dict(k)["alertname"] in watched)
+        # The other alerts (counter windows, e.g. RdmaLinkDowned over 5m): printed only.
+        _, now = self.tracker.latest()
+        other_left = sorted(show(k) for k in other if now.get(k) == "firing")
+        fire_s = (max(first.values()) - t_inj) if all(first.values()) else None
+        row = dict(fault=f.name, kind=f.kind, settle=settle, t_inj=t_inj, t_undo=t_undo,
+                   undo_took=t_undo - t_undo0,
+                   culprits=sorted(show(k) for k in culprit_keys),
+                   missing=[f"{f.culprits[i][0]}{f.culprits[i][1]}" for i, t in first.items()
+                            if t is None],
+                   wrong=sorted(show(k) for k in wrong),
+                   pairs_left=sorted(show(k) for k in pairs_left) if f.kind == "host" else [],
+                   other=sorted(show(k) for k in other),
+                   other_elsewhere=sorted(show(k) for k in other_elsewhere),
+                   other_left=other_left, late=late,
+                   fire_s=fire_s, resolve_s=(t_res - t_undo) if t_res else None,
+                   touched=f.touched, note=f.note)
+        f.row = row
+        row["detectable"] = detectable
+        found = not row["missing"] and fire_s is not None and fire_s <= FIRE_TARGET
+        ok = (not row["wrong"] and not row["other_elsewhere"] and not late
+              and not row["pairs_left"] and (found or not detectable)
+              and row["resolve_s"] is not None and row["resolve_s"] <= RESOLVE_TARGET)
+        fmt = lambda v: f"{v:.0f} s" if v is not None else "never"
+        self.run.check(f"matrix-{f.name}", ok,
+                       f"culprits fired {row['culprits'] or 'none'} (missing "
+                       f"{row['missing'] or 'none'}, wrong {row['wrong'] or 'none'}); pair alerts "
+                       f"left firing {row['pairs_left'] or 'none'}; other alerts "
+                       f"{row['other'] or 'none'} (about hosts the fault does not touch: "
+                       f"{row['other_elsewhere'] or 'none'}; first firing after the undo "
+                       f"{late or 'none'}; still firing when the culprits "
+                       f"resolved, not asserted: {other_left or 'none'}); fired {fmt(fire_s)} after the "
+                       f"injection (target {FIRE_TARGET:.0f} s), resolved {fmt(row['resolve_s'])} "
+                       f"after the undo (target {RESOLVE_TARGET:.0f} s; the undo took "
+                       f"{row['undo_took']:.0f} s)" + ("" if detectable else
+                       f"; the culprit not required: {why}"))
+        self.faults.append(f)
+        return row
+
+    def quiet_phase(self):
+        """Five minutes without a fault: no alert fires (any rule), no notification."""
+        self.settle("the quiet phase")
+        t0 = time.time()
+        while time.time() - t0 < QUIET_SECONDS:
+            time.sleep(self.tracker.step)
+        t1 = time.time()
+        fired = self.tracker.fired(t0, t1)
+        pending = set()
+        for _, s in self.tracker.since(t0, t1):
+            pending |= {k for k, st in s.items() if st == "pending"}
+        polls = len(self.tracker.since(t0, t1))
+        notes = [n for t, n in self.notifications() if t0 <= t <= t1 and n.get("status") == "firing"]
+        self.quiet = dict(t0=t0, t1=t1, fired=sorted(show(k) for k in fired),
+                          pending=sorted(show(k) for k in pending), notes=len(notes))
+        self.run.check("matrix-quiet-5-minutes-no-alert",
+                       not fired and not notes and polls >= QUIET_SECONDS / 2,
+                       f"{t1 - t0:.0f} s without a fault, {polls} polls of the alerts: firing "
+                       f"{self.quiet['fired'] or 'none'}, firing notifications {len(notes)} "
+                       f"(pending at some poll, not asserted: {self.quiet['pending'] or 'none'})")
+
+    def notifications(self):
+        with Hook.lock:
+            return list(Hook.received)
+
+    def check_notifications(self):
+        """One notification per culprit: in each fault's window (its injection to the next
+        one's), the firing notifications to the culprit receivers."""
+        notes = self.notifications()
+        ends = [f.row["t_inj"] for f in self.faults[1:]] + [self.quiet.get("t0", time.time())]
+        for f, end in zip(self.faults, ends):
+            mine = [n for t, n in notes if f.row["t_inj"] <= t < end and n.get("status") == "firing"]
+            culprit = [n for n in mine if n.get("receiver") in CULPRIT_RECEIVERS]
+            default = [n for n in mine if n.get("receiver") not in CULPRIT_RECEIVERS]
+            firing = lambda n: sorted(show(key_of(a["labels"])) for a in n["alerts"]
+                                      if a.get("status") == "firing")
+            f.row["notes"] = len(culprit)
+            f.row["notes_default"] = len(default)
+            ok = len(culprit) == 1 and all(
+                about(key_of(a["labels"])) <= set(f.touched) for a in culprit[0]["alerts"])
+            self.run.check(f"matrix-{f.name}-one-notification", ok,
+                           f"{len(culprit)} firing notification(s) to the culprit receivers: "
+                           + ("; ".join(f"{n['receiver']} {firing(n)}" for n in culprit) or "none")
+                           + f"; to the default receiver: {len(default)} "
+                           + ("; ".join(f"{firing(n)}" for n in default)))
+
+    def table(self):
+        fmt = lambda v: f"{v:.0f}" if v is not None else "-"
+        lines = ["", "FAULT MATRIX (4 hosts, probe/scrape/eval 2 s, for: 10 s; targets: "
+                 f"fire <= {FIRE_TARGET:.0f} s, resolve <= {RESOLVE_TARGET:.0f} s)",
+                 f"{'fault':<28} {'culprit alerts fired':<52} {'pair alerts left':<18} "
+                 f"{'fire s':>6} {'resolve s':>9} {'notif':>5}  other alerts"]
+        for f in self.faults:
+            r = f.row
+            culprits = ", ".join(r["culprits"] + [f"WRONG {w}" for w in r["wrong"]]
+                                 + [("MISSING " if r["detectable"] else "not seen (below the "
+                                     "thresholds here) ") + m for m in r["missing"]]) or "none"
+            lines.append(f"{r['fault']:<28} {culprits:<52} {', '.join(r['pairs_left']) or 'none':<18} "
+                         f"{fmt(r['fire_s']):>6} {fmt(r['resolve_s']):>9} "
+                         f"{r.get('notes', '-'):>5}  {', '.join(r['other']) or 'none'}")
+        q = self.quiet
+        if q:
+            lines.append(f"{'no fault, ' + str(round(q['t1'] - q['t0'])) + ' s':<28} "
+                         f"{', '.join(q['fired']) or 'none':<52} {'none':<18} {'-':>6} {'-':>9} "
+                         f"{q['notes']:>5}  pending: {', '.join(q['pending']) or 'none'}")
+        print("\n".join(lines), flush=True)
+
+
+def mesh_cli(run, prometheus):
+    """`rdmactl mesh --prometheus URL`, text and --json, printed (for the note)."""
+    out = {}
+    for extra in ([], ["--json"]):
+        cmd = [run.rdmactl, "mesh", "--prometheus", prometheus, "--color", "never"] + extra
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        print(f"   $ rdmactl mesh --prometheus URL {' '.join(extra)} (exit {r.returncode})")
+        for line in (r.stdout + r.stderr).rstrip().splitlines():
+            print(f"   | {line}")
+        out[bool(extra)] = r
+    return out
