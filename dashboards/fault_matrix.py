@@ -195,7 +195,9 @@ class Matrix:
         if callable(action):
             action()
         else:
-            self.run.fault(*action, timeout=420)
+            # A fault the controller cannot make in 2 minutes fails the run (a restart,
+            # which boots a VM, is a callable with its own bound).
+            self.run.fault(*action, timeout=120)
 
     def one(self, f, during=None):
         """Inject, hold, undo, measure one fault; returns its row."""
