@@ -201,6 +201,7 @@ class Matrix:
 
     def one(self, f, during=None):
         """Inject, hold, undo, measure one fault; returns its row."""
+        t_begin = time.time()
         settle = self.settle(f.name)
         detectable, why = f.detectable() if f.detectable else (True, "")
         if why:
@@ -245,6 +246,7 @@ class Matrix:
         other_left = sorted(show(k) for k in other if now.get(k) == "firing")
         fire_s = (max(first.values()) - t_inj) if all(first.values()) else None
         row = dict(fault=f.name, kind=f.kind, settle=settle, t_inj=t_inj, t_undo=t_undo,
+                   t_begin=t_begin, t_end=time.time(),
                    undo_took=t_undo - t_undo0,
                    culprits=sorted(show(k) for k in culprit_keys),
                    missing=[f"{f.culprits[i][0]}{f.culprits[i][1]}" for i, t in first.items()
@@ -280,6 +282,7 @@ class Matrix:
 
     def quiet_phase(self):
         """Five minutes without a fault: no alert fires (any rule), no notification."""
+        t_settle = time.time()
         self.settle("the quiet phase")
         t0 = time.time()
         while time.time() - t0 < QUIET_SECONDS:
@@ -291,7 +294,7 @@ class Matrix:
             pending |= {k for k, st in s.items() if st == "pending"}
         polls = len(self.tracker.since(t0, t1))
         notes = [n for t, n in self.notifications() if t0 <= t <= t1 and n.get("status") == "firing"]
-        self.quiet = dict(t0=t0, t1=t1, fired=sorted(show(k) for k in fired),
+        self.quiet = dict(t_begin=t_settle, t0=t0, t1=t1, fired=sorted(show(k) for k in fired),
                           pending=sorted(show(k) for k in pending), notes=len(notes))
         self.run.check("matrix-quiet-5-minutes-no-alert",
                        not fired and not notes and polls >= QUIET_SECONDS / 2,
@@ -345,6 +348,15 @@ class Matrix:
             lines.append(f"{'no fault, ' + str(round(q['t1'] - q['t0'])) + ' s':<28} "
                          f"{', '.join(q['fired']) or 'none':<52} {'none':<18} {'-':>6} {'-':>9} "
                          f"{q['notes']:>5}  pending: {', '.join(q['pending']) or 'none'}")
+        # The matrix's own time (for whether a CI run can afford it): each fault from its
+        # settle to its resolution, and the quiet phase with its settle.
+        rows = [f.row for f in self.faults if "t_begin" in f.row]
+        faults_s = sum(r["t_end"] - r["t_begin"] for r in rows)
+        quiet_s = (q["t1"] - q["t_begin"]) if q else 0.0
+        lines.append(f"matrix duration: {faults_s + quiet_s:.0f} s ({len(rows)} faults "
+                     f"{faults_s:.0f} s: " + ", ".join(
+                         f"{r['fault']} {r['t_end'] - r['t_begin']:.0f}" for r in rows)
+                     + f"; quiet phase {quiet_s:.0f} s)")
         print("\n".join(lines), flush=True)
 
 
