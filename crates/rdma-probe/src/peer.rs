@@ -189,6 +189,22 @@ fn client_handshake<T>(stream: &TcpStream, f: impl FnOnce(&mut Deadlined<'_>) ->
     out
 }
 
+/// What the server's REFUSED frame says when it authenticated us but could not build its
+/// QP (`HandshakeError::Responder` on its side, refusal code 4).
+const REFUSED_RESPONDER: &str = "the responder could not set up its QP";
+
+/// The failure of a client handshake with `addr`. A peer whose rdmad authenticated us and
+/// then could not set up its QP (no RDMA device, or its device refused the QP) has a working
+/// agent and a failed RDMA side: that is the RDMA layer (`SETUP_ERR`), not the agent's
+/// `HANDSHAKE_ERR`, or a removed device would be blamed on the agent.
+fn handshake_failure(addr: &str, e: &handshake::HandshakeError) -> ProbeFailure {
+    let kind = match e {
+        handshake::HandshakeError::Refused(why) if *why == REFUSED_RESPONDER => FailureKind::Setup,
+        _ => FailureKind::Handshake,
+    };
+    ProbeFailure::new(kind, format!("{addr}: {e}"))
+}
+
 /// Resolve `addr` and open the control connection with the handshake's timeouts.
 fn control_connection(addr: &str) -> Result<(TcpStream, IpAddr), ProbeFailure> {
     let connect_err = |e: String| ProbeFailure::new(FailureKind::Connect, format!("{addr}: {e}"));
@@ -270,7 +286,7 @@ impl UdPeerConn {
         };
         let (theirs, key) =
             client_handshake(&stream, |s| handshake::client_session(s, secret, &ours))
-                .map_err(|e| ProbeFailure::new(FailureKind::Handshake, format!("{addr}: {e}")))?;
+                .map_err(|e| handshake_failure(addr, &e))?;
         let peer = theirs.ud.ok_or_else(|| {
             ProbeFailure::new(
                 FailureKind::Handshake,
@@ -409,7 +425,7 @@ impl PeerConn {
             ud: None,
         };
         let theirs = client_handshake(&stream, |s| handshake::client(s, secret, &ours))
-            .map_err(|e| ProbeFailure::new(FailureKind::Handshake, format!("{addr}: {e}")))?;
+            .map_err(|e| handshake_failure(addr, &e))?;
         let remote = theirs
             .buffer
             .filter(|b| b.len >= size as u64)
@@ -485,5 +501,58 @@ impl PeerConn {
         let mut remote = self.remote;
         remote.len = self.size as u64;
         one_sided(&self.side, remote, op, warmup, iterations, clock, &limits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    fn offer() -> Offer {
+        Offer {
+            endpoint: QpEndpoint {
+                qp_num: 0x11,
+                psn: 0x123456,
+                gid: "::ffff:10.1.0.2".parse().unwrap(),
+                lid: 0,
+            },
+            mtu: 3,
+            buffer: None,
+            ud: None,
+        }
+    }
+
+    /// The client's failure when the server answers with `respond`'s error or a wrong
+    /// secret.
+    fn refused(server_secret: &str, respond_err: &str) -> ProbeFailure {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        for s in [&a, &b] {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        }
+        let ks = Secret::new(server_secret.as_bytes()).unwrap();
+        let err = respond_err.to_string();
+        let server = std::thread::spawn(move || {
+            let seen = NonceCache::new(4);
+            handshake::server_session(&mut b, &ks, &seen, |_, _| Err::<(Offer, ()), _>(err))
+                .expect_err("the server refuses")
+        });
+        let kc = Secret::new(b"a shared secret of 32 bytes!!!!!").unwrap();
+        let e =
+            handshake::client_session(&mut a, &kc, &offer()).expect_err("the client is refused");
+        server.join().unwrap();
+        handshake_failure("10.2.0.2:9737", &e)
+    }
+
+    #[test]
+    fn a_responder_without_its_qp_is_an_rdma_failure_and_a_bad_secret_the_agents() {
+        let f = refused(
+            "a shared secret of 32 bytes!!!!!",
+            "open rxe0: No such device",
+        );
+        assert_eq!(f.kind, FailureKind::Setup, "{f}");
+        assert!(f.detail.contains(REFUSED_RESPONDER), "{f}");
+        let f = refused("another secret of 32 bytes!!!!!!", "not reached");
+        assert_eq!(f.kind, FailureKind::Handshake, "{f}");
     }
 }
