@@ -460,18 +460,83 @@ fn start_rdmad(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
     Ok(log_fault(lab, &format!("start-rdmad {h} ({pids})")))
 }
 
+/// `rdma link delete rxe0`, with the device's users out of the way for the moment it takes.
+///
+/// The kernel unregisters a device only when no process has it open any more: for a driver
+/// without `disassociate_ucontext` (rdma_rxe has none; mlx5 has one and detaches its users
+/// at once) `ib_uverbs_remove_one` waits, uninterruptibly, for every open uverbs file to
+/// close, and `rdma link delete` (a netlink DELLINK answered only after the unregister)
+/// blocks with it. Every rdmad holds rxe0 open (its UD endpoint lives as long as the
+/// process), so a plain delete never returned. Here: every process with a file of
+/// /dev/infiniband open is SIGKILLed (rdmad's command lines kept, as `kill-rdmad` does),
+/// the delete runs once none is left (bounded), and the rdmads are started again at once
+/// with the same arguments, now without rxe0: the host, its TCP and its rdmad stay up,
+/// which is what a removed NIC looks like with a driver that detaches its users.
+fn rxe_remove_script() -> String {
+    format!(
+        r#"{RDMAD_PIDS}[ -e /sys/class/infiniband/rxe0 ] || {{ echo 'there is no rxe0'; exit 3; }}
+ib_users() {{
+    for p in /proc/[0-9]*; do
+        for fd in $p/fd/*; do
+            case "$(readlink $fd 2>/dev/null)" in /dev/infiniband/*) echo ${{p#/proc/}}; break ;; esac
+        done
+    done
+}}
+d=/run/lab-rxe-remove
+rm -rf $d; mkdir -p $d
+users=$(echo $(ib_users))
+for pid in $users; do
+    [ "$(cat /proc/$pid/comm 2>/dev/null)" = rdmad ] || continue
+    log=$(readlink /proc/$pid/fd/1 2>/dev/null)
+    case "$log" in /*) ;; *) log=/dev/null ;; esac
+    {{ echo "$log"; tr '\0' '\n' < /proc/$pid/cmdline; }} > $d/$pid.args 2>/dev/null
+done
+[ -n "$users" ] && kill -9 $users
+n=0
+while [ -n "$(ib_users)" ]; do
+    n=$((n + 1))
+    [ $n -gt 200 ] && {{ echo "rxe0 still open by $(echo $(ib_users)) 10 s after SIGKILL"; break; }}
+    usleep 50000
+done
+# In the background: if anything still holds the device, the delete waits for it in D state.
+rdma link delete rxe0 > $d/delete.log 2>&1 < /dev/null &
+n=0
+while [ -e /sys/class/infiniband/rxe0 ]; do
+    n=$((n + 1))
+    [ $n -gt 300 ] && break
+    usleep 50000
+done
+gone=yes; [ -e /sys/class/infiniband/rxe0 ] && gone=no
+started=""
+for f in $d/*.args; do
+    [ -f "$f" ] || continue
+    log=$(head -n 1 "$f")
+    sed 1d "$f" > "$f.argv"
+    set --
+    while IFS= read -r a; do set -- "$@" "$a"; done < "$f.argv"
+    [ $# -gt 0 ] || continue
+    setsid "$@" >> "$log" 2>&1 < /dev/null &
+    started="$started $!"
+done
+[ $gone = yes ] || {{ echo "rxe0 still there 15 s after rdma link delete (users now: $(echo $(ib_users)); $(cat $d/delete.log))"; exit 1; }}
+usleep 500000
+for pid in $started; do
+    # Our child: a zombie (exited, not reaped yet) would pass `kill -0`.
+    grep -q '^State:[[:space:]]*[RSD]' /proc/$pid/status 2> /dev/null \
+        || {{ echo "rdmad $pid exited at once after the restart (see its log)"; exit 1; }}
+done
+echo "users killed:${{users:+ }}$users; rdmad restarted:$started"
+"#
+    )
+}
+
 fn rxe_remove(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
     let (i, h) = one_host(lab, "rxe-remove", args)?;
-    on_host(
-        lab,
-        i,
-        "rxe-remove",
-        "[ -e /sys/class/infiniband/rxe0 ] || { echo 'there is no rxe0'; exit 3; }\nrdma link delete rxe0 2>&1",
-    )?;
+    let what = on_host(lab, i, "rxe-remove", &rxe_remove_script())?;
     lock(&lab.hosts)[i].rxe_removed = true;
     Ok(log_fault(
         lab,
-        &format!("rxe-remove {h} (rdma link delete rxe0; eth1 and the host stay up)"),
+        &format!("rxe-remove {h} (rdma link delete rxe0, {what}; eth1 and the host stay up)"),
     ))
 }
 
@@ -546,6 +611,27 @@ mod tests {
         assert!(parse_percent("lots").is_err());
         assert_eq!(percent(200_000), "20%");
         assert_eq!(percent(5_000), "0.5%");
+    }
+
+    #[test]
+    fn the_guest_scripts_are_valid_shell() {
+        for (name, script) in [
+            ("kill-rdmad", kill_rdmad_script()),
+            ("start-rdmad", start_rdmad_script()),
+            ("rxe-remove", rxe_remove_script()),
+        ] {
+            let out = std::process::Command::new("sh")
+                .args(["-n", "-c", &script])
+                .output()
+                .expect("sh runs");
+            assert!(
+                out.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // Nothing of the delete's output may hold the agent's connection open.
+        assert!(rxe_remove_script().contains("rdma link delete rxe0 > "));
     }
 
     #[test]
