@@ -27,7 +27,9 @@
 //! probe's QPs and MRs are dropped and rebuilt; a failed peer is retried with exponential
 //! backoff. Each peer carries a verdict ([`PeerStatus`]): ok, or the layer that failed
 //! (`agent`: TCP refused or the handshake failed; `host`: the TCP connect timed out; `rdma`:
-//! the probes themselves failed or went unanswered).
+//! the probes themselves failed or went unanswered: on UD, two runs in a row without any
+//! answer, since one such run on a path that answered the round before is what a lossy path
+//! does now and then, and its requests are counted as loss by direction instead).
 //!
 //! Peers are probed over [`PeerTransport::Ud`] (default: UD echo on one UD QP per local
 //! device, whatever the number of peers) or [`PeerTransport::Rc`] (one-sided READ or WRITE on

@@ -42,6 +42,8 @@ pub(super) struct PeerLink {
     /// Picked by the planner for the current round.
     planned: bool,
     status: Option<PeerStatus>,
+    /// UD runs in a row that got no answer at all (see [`run_verdict`]).
+    silent_runs: u32,
 }
 
 impl PeerLink {
@@ -58,6 +60,7 @@ impl PeerLink {
             running: None,
             planned: false,
             status: None,
+            silent_runs: 0,
         }
     }
 }
@@ -141,6 +144,39 @@ pub(super) fn layer(kind: FailureKind) -> PeerStatus {
         }
         FailureKind::HostUnreachable => PeerStatus::Host,
         _ => PeerStatus::Rdma,
+    }
+}
+
+/// What a finished run means for its peer's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RunVerdict {
+    /// Answered: the peer is OK.
+    Answered,
+    /// A UD run without a single answer right after an answered one: on a lossy path (20%
+    /// loss ends a run at its third unanswered request in a row, or at its deadline, now and
+    /// then) that is loss, already counted by direction, not a failed layer. The peer keeps
+    /// its OK verdict and its session; a second such run in a row is a failure.
+    Lossy,
+    /// Failed at this layer: drop the connection and back off.
+    Failed(PeerStatus),
+}
+
+/// The verdict of a run that ended with `failure` (None: answered) on a link whose last
+/// verdict is `last`, after `silent_before` unanswered UD runs in a row.
+pub(super) fn run_verdict(
+    last: Option<PeerStatus>,
+    silent_before: u32,
+    failure: Option<FailureKind>,
+    ud: bool,
+) -> RunVerdict {
+    match failure {
+        None => RunVerdict::Answered,
+        Some(FailureKind::Timeout)
+            if ud && last == Some(PeerStatus::Ok) && silent_before == 0 =>
+        {
+            RunVerdict::Lossy
+        }
+        Some(kind) => RunVerdict::Failed(layer(kind)),
     }
 }
 
@@ -312,19 +348,24 @@ impl Peers<'_> {
         }
     }
 
-    /// A finished run: record it; a failed one drops the connection and backs off.
+    /// A finished run: record it; a failed one drops the connection and backs off (a lone
+    /// unanswered UD run on an answering path is loss: [`run_verdict`]).
     fn ran(&self, link: &mut PeerLink, outcome: Outcome, device: &str) {
         let failure = outcome.result.as_ref().err().map(|f| f.kind);
         self.shared
             .record(peer_key(self.cfg, device, &link.addr), outcome);
-        match failure {
-            None => {
+        let ud = matches!(link.conn, Some(Conn::Ud(_)));
+        match run_verdict(link.status, link.silent_runs, failure, ud) {
+            RunVerdict::Answered => {
                 link.status = Some(PeerStatus::Ok);
                 link.backoff = self.cfg.backoff_min;
                 link.fails = 0;
+                link.silent_runs = 0;
             }
-            Some(kind) => {
-                link.status = Some(layer(kind));
+            RunVerdict::Lossy => link.silent_runs += 1,
+            RunVerdict::Failed(status) => {
+                link.status = Some(status);
+                link.silent_runs = 0;
                 link.conn = None;
                 link.failed(Instant::now(), self.cfg.backoff_max);
             }
