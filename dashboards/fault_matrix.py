@@ -159,7 +159,7 @@ class Tracker:
 
 class Fault:
     def __init__(self, name, inject, undo, culprits, touched, kind="host", note="",
-                 detectable=None):
+                 detectable=None, allowed=()):
         self.name = name
         self.inject = inject      # [fault words] or a callable
         self.undo = undo
@@ -170,6 +170,9 @@ class Fault:
         # () -> (bool, why): whether the shipped thresholds can see the fault here at all
         # (asked before the injection); when not, its culprit is printed, not required.
         self.detectable = detectable
+        # [(alertname, {label: value})]: true of what the injection itself does beside the
+        # fault (e.g. the rdmad restart of rxe-remove), so not wrong, but never required.
+        self.allowed = list(allowed)
         self.row = {}
 
 
@@ -249,7 +252,8 @@ class Matrix:
                  for i, c in enumerate(f.culprits)}
         mesh = {k for k in fired if dict(k)["alertname"] in MESH_ALERTS}
         culprit_keys = {k for k in mesh if any(matches(k, c) for c in f.culprits)}
-        wrong = mesh - culprit_keys
+        allowed_keys = {k for k in mesh - culprit_keys if any(matches(k, c) for c in f.allowed)}
+        wrong = mesh - culprit_keys - allowed_keys
         pairs_left = {k for k in mesh if dict(k)["alertname"] in PAIR_ALERTS} - culprit_keys
         # Alerts firing already before the injection (a counter window of the last fault)
         # are not this fault's.
@@ -271,6 +275,7 @@ class Matrix:
                    t_begin=t_begin, t_end=time.time(),
                    undo_took=t_undo - t_undo0,
                    culprits=sorted(show(k) for k in culprit_keys),
+                   allowed=sorted(show(k) for k in allowed_keys),
                    missing=[f"{f.culprits[i][0]}{f.culprits[i][1]}" for i, t in first.items()
                             if t is None],
                    wrong=sorted(show(k) for k in wrong),
@@ -290,7 +295,8 @@ class Matrix:
         met = lambda v, target: ("met" if v <= target else "OVER") if v is not None else "-"
         self.run.check(f"matrix-{f.name}", ok,
                        f"culprits fired {row['culprits'] or 'none'} (missing "
-                       f"{row['missing'] or 'none'}, wrong {row['wrong'] or 'none'}); pair alerts "
+                       f"{row['missing'] or 'none'}, wrong {row['wrong'] or 'none'}, allowed "
+                       f"{row['allowed'] or 'none'}); pair alerts "
                        f"left firing {row['pairs_left'] or 'none'}; other alerts "
                        f"{row['other'] or 'none'} (about hosts the fault does not touch: "
                        f"{row['other_elsewhere'] or 'none'}; first firing after the undo "
@@ -388,7 +394,8 @@ class Matrix:
                  f"{'fire s':>6} {'resolve s':>9} {'notif':>5}  other alerts"]
         for f in self.faults:
             r = f.row
-            culprits = ", ".join(r["culprits"] + [f"WRONG {w}" for w in r["wrong"]]
+            culprits = ", ".join(r["culprits"] + [f"(also {a})" for a in r["allowed"]]
+                                 + [f"WRONG {w}" for w in r["wrong"]]
                                  + [("MISSING " if r["detectable"] else "not seen (below the "
                                      "thresholds here) ") + m for m in r["missing"]]) or "none"
             lines.append(f"{r['fault']:<28} {culprits:<52} {', '.join(r['pairs_left']) or 'none':<18} "
