@@ -41,7 +41,7 @@ pub enum Kind {
     Path,
     /// An integer from `min` to `max`.
     Int { min: u64, max: u64 },
-    /// A duration: seconds (`1`, `0.5`) or with a unit (`500ms`, `10s`, `1m`), kept in
+    /// A duration: seconds (`1`, `0.5`) or with a unit (`500ms`, `10s`, `1m`, `1h`), kept in
     /// milliseconds; `0` means none when `zero` is true. In the file: a number or a string.
     Duration { zero: bool },
     /// A size in bytes: `4096`, or with a binary unit (`4K`, `1M`). A number or a string in the

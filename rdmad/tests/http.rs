@@ -1,8 +1,7 @@
 //! rdmad's HTTP face end to end: the endpoints, content negotiation (Accept) and response
 //! compression (Accept-Encoding), against the binary on a loopback port.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::path::Path;
 use std::process::Child;
 use std::time::Duration;
@@ -30,26 +29,12 @@ impl Server {
 
     /// (status line, headers, body) of a GET.
     fn get(&self, path: &str, accept: Option<&str>) -> (String, String, String) {
-        let mut stream = TcpStream::connect(&self.address).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        let accept = accept
-            .map(|a| format!("Accept: {a}\r\n"))
-            .unwrap_or_default();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: test\r\n{accept}Connection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let (head, body) = response.split_once("\r\n\r\n").expect("HTTP response");
-        let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+        let headers: Vec<(&str, &str)> = accept.map(|a| ("Accept", a)).into_iter().collect();
+        let (status, headers, body) = get_bytes(&self.address, path, &headers);
         (
-            status.to_string(),
-            headers.to_ascii_lowercase(),
-            body.to_string(),
+            status,
+            headers,
+            String::from_utf8(body).expect("a UTF-8 body"),
         )
     }
 }
@@ -102,51 +87,37 @@ fn http_endpoints_and_content_negotiation() {
     assert!(status.contains("404"), "{status}");
 }
 
-/// (status line, headers in lower case, body de-chunked) of a GET to `address` with extra
-/// request headers; the body as bytes (it may be compressed).
+/// (status line, headers in lower case, body) of a GET to `address` with extra request
+/// headers; the body as bytes, as sent (this client decodes no compression: ureq without its
+/// gzip feature, so `content-encoding` and `content-length` are the server's).
 fn get_bytes(address: &str, path: &str, headers: &[(&str, &str)]) -> (String, String, Vec<u8>) {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let extra: String = headers
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .http_status_as_error(false)
+        .proxy(None)
+        // No Accept unless the test sends one (ureq's default is `*/*`).
+        .accept("")
+        .build()
+        .into();
+    let mut request = agent.get(format!("http://{address}{path}"));
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let mut response = request.call().expect("an HTTP response");
+    let status = format!("{:?} {}", response.version(), response.status());
+    let headers: String = response
+        .headers()
         .iter()
-        .map(|(k, v)| format!("{k}: {v}\r\n"))
-        .collect();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: test\r\n{extra}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("an HTTP response");
-    let head = String::from_utf8(raw[..end].to_vec()).unwrap();
-    let (status, headers) = head.split_once("\r\n").unwrap_or((&head, ""));
-    let headers = headers.to_ascii_lowercase();
-    let mut body = &raw[end + 4..];
-    if !headers.contains("transfer-encoding: chunked") {
-        return (status.to_string(), headers, body.to_vec());
-    }
-    let mut out = Vec::new();
-    loop {
-        let eol = body
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .expect("chunk size line");
-        let size = std::str::from_utf8(&body[..eol]).unwrap();
-        let size = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16).unwrap();
-        body = &body[eol + 2..];
-        if size == 0 {
-            break;
-        }
-        out.extend_from_slice(&body[..size]);
-        body = &body[size + 2..];
-    }
-    (status.to_string(), headers, out)
+        .map(|(k, v)| format!("{k}: {}\r\n", v.to_str().unwrap_or("")))
+        .collect::<String>()
+        .to_ascii_lowercase();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_vec()
+        .expect("a body");
+    (status, headers, body)
 }
 
 /// An exposition without its `rdma_exporter_metrics_responses_total` samples (they count the

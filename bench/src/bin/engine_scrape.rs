@@ -13,15 +13,14 @@
 //! second has tried at least 300 of them (their `rdma_probe_peer_status` series exist), both
 //! are scraped ROUNDS times, interleaved (the order alternating), each over a new
 //! connection; it prints the p50 and p90 of each, the ratio of the p50s, the series and
-//! bytes of each scrape, and each rdmad's RSS.
+//! bytes (of the body) of each scrape, and each rdmad's RSS.
 #![forbid(unsafe_code)]
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use nix::sys::socket::{
     bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, SockaddrIn,
 };
 use rdma_bench::median;
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -35,6 +34,8 @@ const SECRET: &str = "engine scrape bench secret 0123456789";
 struct Daemon {
     child: Child,
     port: u16,
+    /// The HTTP client of the scrapes, made once (outside the timed part).
+    agent: ureq::Agent,
 }
 
 impl Drop for Daemon {
@@ -67,7 +68,15 @@ impl Daemon {
             .stderr(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        let d = Daemon { child, port };
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(30)))
+            // No idle connection kept: every scrape opens a new one.
+            .max_idle_connections(0)
+            .proxy(None)
+            .accept("text/plain")
+            .build()
+            .into();
+        let d = Daemon { child, port, agent };
         let deadline = Instant::now() + Duration::from_secs(60);
         while d.scrape().is_err() {
             ensure!(Instant::now() < deadline, "rdmad does not answer on {port}");
@@ -76,20 +85,18 @@ impl Daemon {
         Ok(d)
     }
 
-    /// GET /metrics over a new connection: the whole response.
+    /// GET /metrics over a new connection (an agent that keeps no idle connection): the
+    /// body.
     fn scrape(&self) -> Result<Vec<u8>> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
-        s.set_read_timeout(Some(Duration::from_secs(30)))?;
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut raw = Vec::with_capacity(1 << 20);
-        s.read_to_end(&mut raw)?;
-        if !raw.starts_with(b"HTTP/1.1 200") {
-            bail!("not a 200 answer");
-        }
-        Ok(raw)
+        let mut response = self
+            .agent
+            .get(format!("http://127.0.0.1:{}/metrics", self.port))
+            .call()?;
+        Ok(response
+            .body_mut()
+            .with_config()
+            .limit(u64::MAX)
+            .read_to_vec()?)
     }
 
     fn rss_kib(&self) -> Result<u64> {

@@ -127,6 +127,11 @@ impl Scraped {
 }
 
 /// GET /metrics over a new connection, with `Accept-Encoding: gzip` when `gzip`.
+///
+/// Raw bytes on purpose, not the workspace's HTTP client (ureq): the bench reports the bytes
+/// on the wire (status line, headers and chunk framing included), which a client that hands
+/// back only the decoded body cannot count, and the timed scrape is the same few syscalls
+/// for both daemons.
 fn scrape(port: u16, gzip: bool) -> Result<Scraped> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;

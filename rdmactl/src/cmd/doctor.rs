@@ -26,7 +26,7 @@ pub struct Args {
     #[command(subcommand)]
     check: Option<Check>,
     /// Seconds between the two samples.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = super::parse_seconds)]
     interval: f64,
     /// The first snapshot: a file saved with `rdmactl counters --json` (needs --to).
     #[arg(long, requires = "to", value_name = "FILE")]
@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long, requires = "from", value_name = "FILE")]
     to: Option<PathBuf>,
     /// Seconds between --from and --to, to print rates.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = super::parse_seconds)]
     seconds: Option<f64>,
     /// Where sysfs is mounted (the rdma cgroups are read under PATH/fs/cgroup).
     #[arg(long = "path.sysfs", default_value = "/sys")]

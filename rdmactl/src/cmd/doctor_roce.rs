@@ -33,7 +33,7 @@ pub struct Args {
     json: bool,
     /// Seconds between the two readings of the driver statistics (pause, discards) and of
     /// the link and retransmission counters.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::parse_seconds)]
     interval: f64,
     /// Where sysfs is mounted (configfs is read under PATH/kernel/config).
     #[arg(long = "path.sysfs", default_value = "/sys")]

@@ -32,6 +32,19 @@ pub struct WithoutVerbs {
     _rest: Vec<String>,
 }
 
+/// A number of seconds on the command line (`--interval` of `doctor`, `doctor roce` and
+/// `mesh`, `doctor --seconds`): the workspace's duration grammar ([`rdmakit::duration`]),
+/// so `500ms` or `2m` work too (a superset of the plain `f64` these took) and non-finite,
+/// negative or huge numbers are an error here. Each command keeps its own range check.
+pub fn parse_seconds(text: &str) -> Result<f64, rdmakit::duration::DurationError> {
+    parse_duration(text).map(|d| d.as_secs_f64())
+}
+
+/// [`parse_seconds`] as a [`std::time::Duration`] (`trace --duration`).
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, rdmakit::duration::DurationError> {
+    rdmakit::duration::parse(text, std::time::Duration::ZERO..=std::time::Duration::MAX)
+}
+
 /// The error of a verbs-based subcommand in a build without the `verbs` feature (exit 3).
 #[cfg(not(feature = "verbs"))]
 pub fn without_verbs(name: &str) -> anyhow::Result<std::process::ExitCode> {
@@ -91,6 +104,41 @@ mod tests {
             .downcast_ref::<crate::exit::CodedError>()
             .map(|c| c.code);
         Some((lab.to_string(), code.unwrap_or(0)))
+    }
+
+    #[test]
+    fn seconds_options_take_the_duration_grammar() {
+        use super::{parse_duration, parse_seconds};
+        // The plain f64 seconds these options took, and the grammar's units.
+        assert_eq!(parse_seconds("5"), Ok(5.0));
+        assert_eq!(parse_seconds("0"), Ok(0.0));
+        assert_eq!(parse_seconds("1.5"), Ok(1.5));
+        assert_eq!(parse_seconds("1e2"), Ok(100.0));
+        assert_eq!(parse_seconds("500ms"), Ok(0.5));
+        assert_eq!(parse_seconds("2m"), Ok(120.0));
+        assert_eq!(
+            parse_duration("10s"),
+            Ok(std::time::Duration::from_secs(10))
+        );
+        // What parsed as f64 before and failed later (or panicked: `trace --duration inf`).
+        for bad in ["inf", "NaN", "-1", "1e20", "1e400", "soon"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        for argv in [
+            &["rdmactl", "doctor", "--interval", "500ms"][..],
+            &["rdmactl", "doctor", "--interval", "2.5"][..],
+            &["rdmactl", "doctor", "roce", "--interval", "0"][..],
+            &["rdmactl", "mesh", "--interval", "1m"][..],
+            &["rdmactl", "trace", "qp", "--duration", "1e19"][..],
+            &["rdmactl", "trace", "qp", "--duration", "30"][..],
+        ] {
+            assert!(crate::Cli::try_parse_from(argv).is_ok(), "{argv:?}");
+        }
+        let err = crate::Cli::try_parse_from(["rdmactl", "trace", "qp", "--duration", "inf"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`inf` is not a duration"), "{err}");
     }
 
     #[cfg(not(feature = "lab"))]

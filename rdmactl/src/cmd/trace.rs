@@ -37,8 +37,8 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Stop after this many seconds (default: until Ctrl-C).
-    #[arg(long, value_name = "SECS")]
-    pub duration: Option<f64>,
+    #[arg(long, value_name = "SECS", value_parser = super::parse_duration)]
+    pub duration: Option<Duration>,
     /// Only events of this process id.
     #[arg(long)]
     pub pid: Option<u32>,
@@ -66,7 +66,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let deadline = args
         .duration
-        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+        // Past what a clock can add (hundreds of years): no deadline, as without --duration.
+        .and_then(|d| Instant::now().checked_add(d));
     let stdout = std::io::stdout();
     if !args.json {
         writeln!(

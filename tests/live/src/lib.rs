@@ -11,8 +11,8 @@ pub mod fabric;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv6Addr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv6Addr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -387,24 +387,38 @@ impl HttpResponse {
     }
 }
 
-/// `GET PATH` from `127.0.0.1:PORT` over HTTP/1.1 (`Connection: close`, 30 s read timeout).
+/// `GET PATH` from `127.0.0.1:PORT` over HTTP/1.1 (no proxy, no `Accept`, 30 s timeout),
+/// with the workspace's HTTP client (ureq): any status is an answer, not an error.
 pub fn http_get(port: u16, path: &str) -> std::io::Result<HttpResponse> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no HTTP header end"))?;
-    let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .http_status_as_error(false)
+        .proxy(None)
+        .accept("")
+        .build()
+        .into();
+    let mut response = agent
+        .get(format!("http://127.0.0.1:{port}{path}"))
+        .call()
+        .map_err(std::io::Error::other)?;
+    let status = format!("{:?} {}", response.version(), response.status());
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| format!("{k}: {}", String::from_utf8_lossy(v.as_bytes())))
+        .collect::<Vec<_>>()
+        .join("\r\n")
+        .to_ascii_lowercase();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_string()
+        .map_err(std::io::Error::other)?;
     Ok(HttpResponse {
-        status: status.to_string(),
-        headers: headers.to_ascii_lowercase(),
-        body: body.to_string(),
+        status,
+        headers,
+        body,
     })
 }
 

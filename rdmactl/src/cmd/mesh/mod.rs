@@ -85,7 +85,7 @@ pub struct Args {
     #[command(flatten)]
     pub source: Source,
     /// Seconds between the two scrapes of every rdmad (direct mode).
-    #[arg(long, default_value_t = DEFAULT_INTERVAL)]
+    #[arg(long, default_value_t = DEFAULT_INTERVAL, value_parser = crate::cmd::parse_seconds)]
     pub interval: f64,
     /// Print the matrix and the verdicts as JSON.
     #[arg(long)]

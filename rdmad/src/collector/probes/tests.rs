@@ -401,7 +401,15 @@ fn flag_value_parsers() {
     assert_eq!(parse_interval("250ms"), Ok(250));
     assert_eq!(parse_interval("10s"), Ok(10_000));
     assert_eq!(parse_interval("2m"), Ok(120_000));
+    // The unit the range error spells its maximum with (`1ms to 24h`).
+    assert_eq!(parse_interval("24h"), Ok(86_400_000));
+    // Rounded to milliseconds, as the parser it replaced did.
+    assert_eq!(parse_interval("1.4ms"), Ok(1));
     assert!(parse_interval("0").is_err());
+    assert_eq!(
+        parse_interval("1e20").unwrap_err(),
+        "`1e20` is too long a duration"
+    );
     assert!(parse_interval("soon").is_err());
     assert_eq!(parse_size("4096"), Ok(4096));
     assert_eq!(parse_size("64K"), Ok(64 << 10));

@@ -1,8 +1,13 @@
 //! The one duration grammar of the command lines and the config file: `--probe.interval`,
 //! `--scrape.timeout` (rdmad), `rdmactl top --interval`, `rdmactl counters --interval`.
 //!
-//! A number of seconds (`1`, `0.5`) or a number with a unit (`500ms`, `10s`, `2m`), within a
-//! range each option gives. Non-finite and negative numbers are refused.
+//! A number of seconds (`1`, `0.5`) or a number with a unit (`500ms`, `10s`, `2m`, `1h`),
+//! within a range each option gives. The number is Rust's `f64` syntax (`1e3`, `.5`, `+2`),
+//! blanks around it and the unit are ignored, units are lower case. Non-finite, negative and
+//! overflowing numbers are refused with an error, never a panic.
+//!
+//! Every form the parsers it replaced took is accepted (rdmad's `--probe.interval`: seconds,
+//! `ms`, `s`, `m`; `rdmactl top/counters`: plain `f64` seconds): see the tests.
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -10,9 +15,12 @@ use std::time::Duration;
 /// Why a duration did not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
-    /// Not a number of seconds, nor a number with `ms`, `s` or `m`.
-    #[error("`{0}` is not a duration (seconds: `1`, `0.5`; or `500ms`, `10s`, `2m`)")]
+    /// Not a number of seconds, nor a number with `ms`, `s`, `m` or `h`.
+    #[error("`{0}` is not a duration (seconds: `1`, `0.5`; or `500ms`, `10s`, `2m`, `1h`)")]
     Syntax(String),
+    /// A number too large for any duration (about 584 years and more).
+    #[error("`{0}` is too long a duration")]
+    TooLong(String),
     /// A duration outside the option's range.
     #[error("`{text}` is out of range ({min} to {max})")]
     Range {
@@ -25,7 +33,7 @@ pub enum DurationError {
     },
 }
 
-/// Parses `text` (seconds, or with `ms`, `s`, `m`) to a duration within `range`.
+/// Parses `text` (seconds, or with `ms`, `s`, `m`, `h`) to a duration within `range`.
 pub fn parse(text: &str, range: RangeInclusive<Duration>) -> Result<Duration, DurationError> {
     let t = text.trim();
     let (number, seconds_per_step) = if let Some(n) = t.strip_suffix("ms") {
@@ -34,17 +42,22 @@ pub fn parse(text: &str, range: RangeInclusive<Duration>) -> Result<Duration, Du
         (n, 1.0)
     } else if let Some(n) = t.strip_suffix('m') {
         (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        // The unit the range errors spell a day with (`1ms to 24h`), so it is accepted too.
+        (n, 3600.0)
     } else {
         (t, 1.0)
     };
-    let duration = number
+    let seconds = number
         .trim()
         .parse::<f64>()
         .ok()
-        .map(|v| v * seconds_per_step)
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        .ok_or_else(|| DurationError::Syntax(text.to_owned()))?;
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or_else(|| DurationError::Syntax(text.to_owned()))?
+        * seconds_per_step;
+    // A finite number whose seconds overflow (with the unit) or do not fit a Duration.
+    let duration = Duration::try_from_secs_f64(seconds)
+        .map_err(|_| DurationError::TooLong(text.to_owned()))?;
     if range.contains(&duration) {
         Ok(duration)
     } else {
@@ -71,34 +84,4 @@ fn spell(d: Duration) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const ANY: RangeInclusive<Duration> = Duration::ZERO..=Duration::MAX;
-
-    #[test]
-    fn seconds_or_a_unit() {
-        assert_eq!(parse("1", ANY), Ok(Duration::from_secs(1)));
-        assert_eq!(parse("0.5", ANY), Ok(Duration::from_millis(500)));
-        assert_eq!(parse(" 250ms ", ANY), Ok(Duration::from_millis(250)));
-        assert_eq!(parse("10s", ANY), Ok(Duration::from_secs(10)));
-        assert_eq!(parse("2m", ANY), Ok(Duration::from_secs(120)));
-        for bad in ["", "soon", "NaN", "inf", "-1", "1h", "ms", "1 m s"] {
-            assert_eq!(
-                parse(bad, ANY),
-                Err(DurationError::Syntax(bad.to_owned())),
-                "{bad}"
-            );
-        }
-    }
-
-    #[test]
-    fn the_range_is_the_options() {
-        let range = Duration::from_millis(100)..=Duration::from_secs(3600);
-        assert!(parse("0.1", range.clone()).is_ok());
-        assert!(parse("3600", range.clone()).is_ok());
-        let err = parse("0.05", range.clone()).unwrap_err();
-        assert_eq!(err.to_string(), "`0.05` is out of range (100ms to 1h)");
-        assert!(parse("61m", range).is_err());
-    }
-}
+mod tests;
