@@ -171,9 +171,7 @@ pub(super) fn run_verdict(
 ) -> RunVerdict {
     match failure {
         None => RunVerdict::Answered,
-        Some(FailureKind::Timeout)
-            if ud && last == Some(PeerStatus::Ok) && silent_before == 0 =>
-        {
+        Some(FailureKind::Timeout) if ud && last == Some(PeerStatus::Ok) && silent_before == 0 => {
             RunVerdict::Lossy
         }
         Some(kind) => RunVerdict::Failed(layer(kind)),

@@ -393,15 +393,24 @@ fn one_unanswered_ud_run_on_an_answering_path_is_loss_and_two_are_a_failure() {
     // A lossy path: one silent run after an answered one keeps the verdict OK...
     assert_eq!(run_verdict(ok, 0, t, true), RunVerdict::Lossy);
     // ...the second in a row is the RDMA layer failing.
-    assert_eq!(run_verdict(ok, 1, t, true), RunVerdict::Failed(PeerStatus::Rdma));
+    assert_eq!(
+        run_verdict(ok, 1, t, true),
+        RunVerdict::Failed(PeerStatus::Rdma)
+    );
     // Never answered yet, or failing already: no grace.
-    assert_eq!(run_verdict(None, 0, t, true), RunVerdict::Failed(PeerStatus::Rdma));
+    assert_eq!(
+        run_verdict(None, 0, t, true),
+        RunVerdict::Failed(PeerStatus::Rdma)
+    );
     assert_eq!(
         run_verdict(Some(PeerStatus::Rdma), 0, t, true),
         RunVerdict::Failed(PeerStatus::Rdma)
     );
     // RC runs stop at their first failed request: no grace there.
-    assert_eq!(run_verdict(ok, 0, t, false), RunVerdict::Failed(PeerStatus::Rdma));
+    assert_eq!(
+        run_verdict(ok, 0, t, false),
+        RunVerdict::Failed(PeerStatus::Rdma)
+    );
     // Other failures name their layer at once.
     assert_eq!(
         run_verdict(ok, 0, Some(FailureKind::PeerClosed), true),
