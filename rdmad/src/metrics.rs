@@ -19,57 +19,10 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// What a family is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Monotonic; the family name has no `_total` (the encoder adds it).
-    Counter,
-    /// A level.
-    Gauge,
-    /// Strings as labels on a constant 1; the family name has no `_info` (the encoder adds it).
-    Info,
-    /// A distribution; its samples are [`Value::Histogram`] and nothing else.
-    Histogram,
-}
-
-impl From<rdmakit::model::CounterKind> for Kind {
-    /// The family kind of a counter file: the catalog's counter or gauge.
-    fn from(kind: rdmakit::model::CounterKind) -> Kind {
-        match kind {
-            rdmakit::model::CounterKind::Counter => Kind::Counter,
-            rdmakit::model::CounterKind::Gauge => Kind::Gauge,
-        }
-    }
-}
-
-impl Kind {
-    /// The type as the exposition's `# TYPE` line spells it (text format 0.0.4, where an
-    /// info family is a gauge).
-    pub fn type_name(self) -> &'static str {
-        match self {
-            Kind::Counter => "counter",
-            Kind::Gauge | Kind::Info => "gauge",
-            Kind::Histogram => "histogram",
-        }
-    }
-
-    /// The name a family added as `family` has in the text exposition: `_total` added to a
-    /// counter, `_info` to an info family, a histogram's base name (its series add
-    /// `_bucket`, `_sum`, `_count`).
-    pub fn exposed_name(self, family: &str) -> String {
-        format!("{family}{}", self.suffix())
-    }
-
-    /// What the exposition adds to a family's name on its series: `_total` for a counter,
-    /// `_info` for an info family, nothing for the others.
-    pub fn suffix(self) -> &'static str {
-        match self {
-            Kind::Counter => "_total",
-            Kind::Info => "_info",
-            Kind::Gauge | Kind::Histogram => "",
-        }
-    }
-}
+/// What a family is: the workspace's one kind type, [`rdmakit::catalog::Kind`] (counter,
+/// gauge, info, histogram), with the exposition's names ([`Kind::exposed_name`]). A counter
+/// file's family has the counter's own kind.
+pub use rdmakit::catalog::Kind;
 
 /// A metric family as rdmad declares it: the name collectors add it under (no `_total` or
 /// `_info`, see [`Kind::exposed_name`]), its type and HELP text. Collectors add samples of
