@@ -19,57 +19,10 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// What a family is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Monotonic; the family name has no `_total` (the encoder adds it).
-    Counter,
-    /// A level.
-    Gauge,
-    /// Strings as labels on a constant 1; the family name has no `_info` (the encoder adds it).
-    Info,
-    /// A distribution; its samples are [`Value::Histogram`] and nothing else.
-    Histogram,
-}
-
-impl From<rdmakit::model::CounterKind> for Kind {
-    /// The family kind of a counter file: the catalog's counter or gauge.
-    fn from(kind: rdmakit::model::CounterKind) -> Kind {
-        match kind {
-            rdmakit::model::CounterKind::Counter => Kind::Counter,
-            rdmakit::model::CounterKind::Gauge => Kind::Gauge,
-        }
-    }
-}
-
-impl Kind {
-    /// The type as the exposition's `# TYPE` line spells it (text format 0.0.4, where an
-    /// info family is a gauge).
-    pub fn type_name(self) -> &'static str {
-        match self {
-            Kind::Counter => "counter",
-            Kind::Gauge | Kind::Info => "gauge",
-            Kind::Histogram => "histogram",
-        }
-    }
-
-    /// The name a family added as `family` has in the text exposition: `_total` added to a
-    /// counter, `_info` to an info family, a histogram's base name (its series add
-    /// `_bucket`, `_sum`, `_count`).
-    pub fn exposed_name(self, family: &str) -> String {
-        format!("{family}{}", self.suffix())
-    }
-
-    /// What the exposition adds to a family's name on its series: `_total` for a counter,
-    /// `_info` for an info family, nothing for the others.
-    pub fn suffix(self) -> &'static str {
-        match self {
-            Kind::Counter => "_total",
-            Kind::Info => "_info",
-            Kind::Gauge | Kind::Histogram => "",
-        }
-    }
-}
+/// What a family is: the workspace's one kind type, [`rdmakit::catalog::Kind`] (counter,
+/// gauge, info, histogram), with the exposition's names ([`Kind::exposed_name`]). A counter
+/// file's family has the counter's own kind.
+pub use rdmakit::catalog::Kind;
 
 /// A metric family as rdmad declares it: the name collectors add it under (no `_total` or
 /// `_info`, see [`Kind::exposed_name`]), its type and HELP text. Collectors add samples of
@@ -482,10 +435,7 @@ impl MetricSet {
             if family.samples.is_empty() {
                 continue;
             }
-            match format {
-                Format::Text => encode_text_family(out, &mut numbers, name, family),
-                Format::OpenMetrics => encode_openmetrics_family(out, &mut numbers, name, family),
-            }
+            encode_family(out, &mut numbers, format, name, family);
         }
         if format == Format::OpenMetrics {
             out.push_str("# EOF\n");
@@ -565,154 +515,58 @@ fn write_series(out: &mut String, name: &str, suffix: &str, labels: &str) {
     }
 }
 
-/// One family in the text format 0.0.4: counters' and info families' HELP and TYPE lines
-/// carry the exposed name (`_total`, `_info`), HELP escapes `\` and newlines, info is a
-/// gauge, histogram buckets put `le` last and end with `+Inf`.
-fn encode_text_family(out: &mut String, numbers: &mut Numbers, name: &str, family: &Family) {
-    let suffix = family.kind.suffix();
-    out.push_str("# HELP ");
-    out.push_str(name);
-    out.push_str(suffix);
-    out.push(' ');
-    write_escaped(out, &family.help, false);
-    out.push_str("\n# TYPE ");
-    out.push_str(name);
-    out.push_str(suffix);
-    out.push(' ');
-    out.push_str(family.kind.type_name());
-    out.push('\n');
-    for (labels, value) in family.samples() {
-        match (family.kind, value) {
-            (Kind::Info, _) | (Kind::Counter | Kind::Gauge, Value::Int(_) | Value::Float(_)) => {
-                write_scalar(
-                    out,
-                    numbers,
-                    (name, suffix, labels),
-                    family.kind,
-                    value,
-                    Numbers::text_float,
-                )
-            }
-            (Kind::Histogram, Value::Histogram(h)) => {
-                let mut cumulative = 0u64;
-                let mut inf_seen = false;
-                let bucket = |out: &mut String, numbers: &mut Numbers, le: Option<f64>| {
-                    out.push_str(name);
-                    out.push_str("_bucket{");
-                    out.push_str(labels);
-                    if !labels.is_empty() {
-                        out.push(',');
-                    }
-                    out.push_str("le=\"");
-                    match le {
-                        Some(le) => numbers.go_float(out, le),
-                        None => out.push_str("+Inf"),
-                    }
-                    out.push_str("\"} ");
-                };
-                for (le, count) in h.buckets() {
-                    cumulative = cumulative.wrapping_add(count);
-                    inf_seen |= le == f64::INFINITY;
-                    bucket(out, numbers, Some(le));
-                    out.push_str(numbers.int(cumulative));
-                    out.push('\n');
-                }
-                if !inf_seen {
-                    bucket(out, numbers, None);
-                    out.push_str(numbers.int(h.count()));
-                    out.push('\n');
-                }
-                write_series(out, name, "_sum", labels);
-                out.push(' ');
-                out.push_str(numbers.text_float(h.sum()));
-                out.push('\n');
-                write_series(out, name, "_count", labels);
-                out.push(' ');
-                out.push_str(numbers.int(h.count()));
-                out.push('\n');
-            }
-            // `add` refuses every other combination.
-            (Kind::Counter | Kind::Gauge, Value::Histogram(_))
-            | (Kind::Histogram, Value::Int(_) | Value::Float(_)) => {}
-        }
-    }
-}
-
-/// One info, counter or gauge sample: the series, then `1` for info, else the value with
-/// `float` formatting floats (the two formats differ only there).
-fn write_scalar(
+/// One family in `format`. The two formats differ only where [`Format`]'s helpers below
+/// say: the name on HELP and TYPE lines, HELP escaping, the info type, float spelling and
+/// a histogram's layout (text: buckets with `le` last, then `_sum` and `_count`;
+/// OpenMetrics: `_sum`, `_count`, then buckets with `le` first).
+fn encode_family(
     out: &mut String,
     numbers: &mut Numbers,
-    (name, suffix, labels): (&str, &str, &str),
-    kind: Kind,
-    value: &Value,
-    float: fn(&mut Numbers, f64) -> &str,
+    format: Format,
+    name: &str,
+    family: &Family,
 ) {
-    let value = match (kind, value) {
-        (Kind::Info, _) => "1",
-        (_, Value::Int(v)) => numbers.int(*v),
-        (_, Value::Float(v)) => float(numbers, *v),
-        // `add` refuses a histogram value outside a histogram family.
-        (_, Value::Histogram(_)) => return,
-    };
-    write_series(out, name, suffix, labels);
-    out.push(' ');
-    out.push_str(value);
-    out.push('\n');
-}
-
-/// One family in OpenMetrics 1.0.0: HELP and TYPE name the family (no `_total`), HELP as
-/// it is, `info` a type of its own, histograms `_sum`, `_count`, then buckets with `le`
-/// first.
-fn encode_openmetrics_family(out: &mut String, numbers: &mut Numbers, name: &str, family: &Family) {
-    out.push_str("# HELP ");
-    out.push_str(name);
-    out.push(' ');
-    out.push_str(&family.help);
-    out.push_str("\n# TYPE ");
-    out.push_str(name);
-    out.push(' ');
-    out.push_str(match family.kind {
-        Kind::Counter => "counter",
-        Kind::Gauge => "gauge",
-        Kind::Info => "info",
-        Kind::Histogram => "histogram",
-    });
-    out.push('\n');
-    let suffix = family.kind.suffix();
+    let kind = family.kind;
+    let suffix = kind.suffix();
+    for (line, rest) in [("# HELP ", None), ("# TYPE ", Some(format.type_name(kind)))] {
+        out.push_str(line);
+        out.push_str(name);
+        if format == Format::Text {
+            out.push_str(suffix);
+        }
+        out.push(' ');
+        match rest {
+            Some(type_name) => out.push_str(type_name),
+            None if format == Format::Text => write_escaped(out, &family.help, false),
+            None => out.push_str(&family.help),
+        }
+        out.push('\n');
+    }
     for (labels, value) in family.samples() {
-        match (family.kind, value) {
-            (Kind::Info, _) | (Kind::Counter | Kind::Gauge, Value::Int(_) | Value::Float(_)) => {
-                write_scalar(
-                    out,
-                    numbers,
-                    (name, suffix, labels),
-                    family.kind,
-                    value,
-                    Numbers::float,
-                )
-            }
+        let scalar = match (kind, value) {
+            (Kind::Info, _) => "1",
+            (Kind::Counter | Kind::Gauge, Value::Int(v)) => numbers.int(*v),
+            (Kind::Counter | Kind::Gauge, Value::Float(v)) => format.float(numbers, *v),
             (Kind::Histogram, Value::Histogram(h)) => {
-                write_series(out, name, "_sum", labels);
-                out.push(' ');
-                out.push_str(numbers.float(h.sum()));
-                out.push('\n');
-                write_series(out, name, "_count", labels);
-                out.push(' ');
-                out.push_str(numbers.int(h.count()));
-                out.push('\n');
+                if format == Format::OpenMetrics {
+                    write_histogram_totals(out, numbers, format, name, labels, h);
+                }
                 let mut cumulative = 0u64;
+                // The buckets always end with `+Inf` (Histogram::buckets).
                 for (le, count) in h.buckets() {
                     cumulative = cumulative.wrapping_add(count);
                     out.push_str(name);
-                    out.push_str("_bucket{le=\"");
-                    if le == f64::INFINITY {
-                        out.push_str("+Inf");
-                    } else {
-                        out.push_str(numbers.float(le));
+                    out.push_str("_bucket{");
+                    if format == Format::Text {
+                        out.push_str(labels);
+                        if !labels.is_empty() {
+                            out.push(',');
+                        }
                     }
+                    out.push_str("le=\"");
+                    format.write_le(out, numbers, le);
                     out.push('"');
-                    if !labels.is_empty() {
+                    if format == Format::OpenMetrics && !labels.is_empty() {
                         out.push(',');
                         out.push_str(labels);
                     }
@@ -720,11 +574,39 @@ fn encode_openmetrics_family(out: &mut String, numbers: &mut Numbers, name: &str
                     out.push_str(numbers.int(cumulative));
                     out.push('\n');
                 }
+                if format == Format::Text {
+                    write_histogram_totals(out, numbers, format, name, labels, h);
+                }
+                continue;
             }
+            // `add` refuses every other combination.
             (Kind::Counter | Kind::Gauge, Value::Histogram(_))
-            | (Kind::Histogram, Value::Int(_) | Value::Float(_)) => {}
-        }
+            | (Kind::Histogram, Value::Int(_) | Value::Float(_)) => continue,
+        };
+        write_series(out, name, suffix, labels);
+        out.push(' ');
+        out.push_str(scalar);
+        out.push('\n');
     }
+}
+
+/// A histogram's `_sum` and `_count` series.
+fn write_histogram_totals(
+    out: &mut String,
+    numbers: &mut Numbers,
+    format: Format,
+    name: &str,
+    labels: &str,
+    h: &Histogram,
+) {
+    write_series(out, name, "_sum", labels);
+    out.push(' ');
+    out.push_str(format.float(numbers, h.sum()));
+    out.push('\n');
+    write_series(out, name, "_count", labels);
+    out.push(' ');
+    out.push_str(numbers.int(h.count()));
+    out.push('\n');
 }
 
 /// An exposition format.
@@ -742,6 +624,33 @@ impl Format {
         match self {
             Format::Text => "text/plain; version=0.0.4; charset=utf-8",
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+
+    /// The type on a family's `# TYPE` line: the text format has no info type (a gauge).
+    fn type_name(self, kind: Kind) -> &'static str {
+        match (self, kind) {
+            (Format::OpenMetrics, Kind::Info) => "info",
+            _ => kind.type_name(),
+        }
+    }
+
+    /// A float value: OpenMetrics as `dtoa` writes it (`NaN`, `inf`, `-inf` for the
+    /// non-finite ones), the text format with `NaN`, `+Inf`, `-Inf`.
+    fn float(self, numbers: &mut Numbers, v: f64) -> &str {
+        match self {
+            Format::Text => numbers.text_float(v),
+            Format::OpenMetrics => numbers.float(v),
+        }
+    }
+
+    /// A bucket's `le` bound: the text format as Go clients write it, OpenMetrics as `dtoa`
+    /// does, `+Inf` in both.
+    fn write_le(self, out: &mut String, numbers: &mut Numbers, le: f64) {
+        match self {
+            Format::Text => numbers.go_float(out, le),
+            Format::OpenMetrics if le == f64::INFINITY => out.push_str("+Inf"),
+            Format::OpenMetrics => out.push_str(numbers.float(le)),
         }
     }
 }

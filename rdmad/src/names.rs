@@ -68,7 +68,7 @@ pub fn counter_metric_name(counter: &Counter) -> Option<(String, Kind)> {
     };
     let suffix = unit_suffix(counter.unit);
     let suffix = if base.ends_with(suffix) { "" } else { suffix };
-    Some((format!("{prefix}{base}{suffix}"), counter.kind.into()))
+    Some((format!("{prefix}{base}{suffix}"), counter.kind))
 }
 
 /// What a counter's metric name ends with for its unit: the base unit it is exported in
@@ -104,7 +104,7 @@ pub fn netdev_metric_name(info: &rdmakit::catalog::CounterInfo) -> (String, Kind
             sanitize(&info.name),
             unit_suffix(info.unit)
         ),
-        info.kind.into(),
+        info.kind,
     )
 }
 

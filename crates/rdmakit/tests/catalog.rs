@@ -458,7 +458,10 @@ fn rejects_bad_summary() {
 fn rejects_values_outside_the_closed_sets() {
     for (field, bad) in [
         ("unit", "unit = \"pkts\""),
+        // The workspace's kinds and units a counter file cannot have.
+        ("unit", "unit = \"count\""),
         ("kind", "kind = \"histogram\""),
+        ("kind", "kind = \"info\""),
         ("severity", "severity = \"fatal\""),
     ] {
         let original = BODY
@@ -473,6 +476,11 @@ fn rejects_values_outside_the_closed_sets() {
             } => {
                 assert_eq!(*f, field);
                 assert!(!allowed.is_empty());
+                let value = bad.split('"').nth(1).unwrap();
+                assert!(!allowed.iter().any(|a| a == value), "{bad}: {allowed:?}");
+                if field == "kind" {
+                    assert_eq!(allowed, &["counter", "gauge"]);
+                }
             }
             other => panic!("{field}: {other:?}"),
         }

@@ -313,8 +313,9 @@ fn watch(
             };
             let changed = match (row.counter.kind, before) {
                 (CounterKind::Counter, _) => delta != Some(0),
-                (CounterKind::Gauge, Some((old, _))) => *old != row.counter.value,
-                (CounterKind::Gauge, None) => true,
+                // A gauge (a counter file is never info or histogram).
+                (_, Some((old, _))) => *old != row.counter.value,
+                (_, None) => true,
             };
             if args.nonzero && !changed {
                 continue;

@@ -288,7 +288,10 @@ fn unit_text(info: &CounterInfo) -> String {
 
 fn type_text(info: &CounterInfo) -> String {
     match (info.kind, info.overflow) {
-        (Kind::Gauge, _) => "gauge (a level or setting, read as is)".to_string(),
+        // A catalog entry is a counter or a gauge (the loader refuses the others).
+        (Kind::Gauge | Kind::Info | Kind::Histogram, _) => {
+            "gauge (a level or setting, read as is)".to_string()
+        }
         (Kind::Counter, Overflow::Wrap) => {
             format!("counter, {}-bit, wraps to 0 at its maximum", info.width)
         }

@@ -164,11 +164,20 @@ pub(crate) fn export_port(
         let (Some(value), false) = (hw.value, hw.enabled == Some(false)) else {
             continue;
         };
-        let mut counter = Counter::new(hw.name.clone(), CounterSource::Hw, value);
-        if let Some(catalog) = catalog {
-            let (kind, unit) = catalog.kind_and_unit(family, CounterSource::Hw, &hw.name);
-            counter.set_kind_and_unit(kind, unit);
-        }
+        // The catalog's kind and unit (the file-name guess for a counter it does not know).
+        let counter = match catalog {
+            Some(catalog) => {
+                let (kind, unit) = catalog.kind_and_unit(family, CounterSource::Hw, &hw.name);
+                Counter::described(
+                    hw.name.as_str().into(),
+                    CounterSource::Hw,
+                    value,
+                    kind,
+                    unit,
+                )
+            }
+            None => Counter::new(hw.name.clone(), CounterSource::Hw, value),
+        };
         let Some(metric) = names::counter_metric(&counter) else {
             tracing::debug!(
                 device = answer.dev_name,

@@ -475,3 +475,131 @@ fn negotiation() {
         Format::Text
     );
 }
+
+/// One family of every kind (labelled and bare series, an escaped HELP, int and float
+/// values, a histogram with and without labels), for the pinned expositions below.
+fn every_kind_set() -> MetricSet {
+    let mut set = MetricSet::new();
+    let dev = |d: &str| vec![("device", d.to_string())];
+    let add = |set: &mut MetricSet, name, kind, help: &str, labels, value| {
+        let help = help.to_string();
+        set.add(name, kind, || help, labels, value).unwrap();
+    };
+    add(
+        &mut set,
+        "c",
+        Kind::Counter,
+        "A \\ count\nof \"x\"",
+        dev("d0"),
+        Value::Int(7),
+    );
+    add(
+        &mut set,
+        "c",
+        Kind::Counter,
+        "ignored",
+        vec![],
+        Value::Float(1.5),
+    );
+    add(
+        &mut set,
+        "g",
+        Kind::Gauge,
+        "A level",
+        dev("d0"),
+        Value::Float(0.25),
+    );
+    add(
+        &mut set,
+        "g",
+        Kind::Gauge,
+        "",
+        dev("d1"),
+        Value::Float(f64::INFINITY),
+    );
+    add(
+        &mut set,
+        "i",
+        Kind::Info,
+        "Facts",
+        dev("a\"b"),
+        Value::Int(1),
+    );
+    let h = Histogram::from_buckets(&[0.5, 2e6], &[1, 2, 3], 9.5).unwrap();
+    add(
+        &mut set,
+        "h",
+        Kind::Histogram,
+        "Times",
+        dev("d0"),
+        Value::Histogram(h.clone()),
+    );
+    add(
+        &mut set,
+        "h",
+        Kind::Histogram,
+        "",
+        vec![],
+        Value::Histogram(h),
+    );
+    set
+}
+
+#[test]
+fn every_kind_encodes_as_pinned_in_both_formats() {
+    let text = "\
+# HELP c_total A \\\\ count\\nof \"x\"
+# TYPE c_total counter
+c_total{device=\"d0\"} 7
+c_total 1.5
+# HELP g A level
+# TYPE g gauge
+g{device=\"d0\"} 0.25
+g{device=\"d1\"} +Inf
+# HELP h Times
+# TYPE h histogram
+h_bucket{device=\"d0\",le=\"0.5\"} 1
+h_bucket{device=\"d0\",le=\"2e+06\"} 3
+h_bucket{device=\"d0\",le=\"+Inf\"} 6
+h_sum{device=\"d0\"} 9.5
+h_count{device=\"d0\"} 6
+h_bucket{le=\"0.5\"} 1
+h_bucket{le=\"2e+06\"} 3
+h_bucket{le=\"+Inf\"} 6
+h_sum 9.5
+h_count 6
+# HELP i_info Facts
+# TYPE i_info gauge
+i_info{device=\"a\\\"b\"} 1
+";
+    assert_eq!(every_kind_set().encode(Format::Text), text);
+    // HELP as it is (a raw newline included) and `inf`: what prometheus-client writes.
+    let openmetrics = "\
+# HELP c A \\ count
+of \"x\"
+# TYPE c counter
+c_total{device=\"d0\"} 7
+c_total 1.5
+# HELP g A level
+# TYPE g gauge
+g{device=\"d0\"} 0.25
+g{device=\"d1\"} inf
+# HELP h Times
+# TYPE h histogram
+h_sum{device=\"d0\"} 9.5
+h_count{device=\"d0\"} 6
+h_bucket{le=\"0.5\",device=\"d0\"} 1
+h_bucket{le=\"2000000.0\",device=\"d0\"} 3
+h_bucket{le=\"+Inf\",device=\"d0\"} 6
+h_sum 9.5
+h_count 6
+h_bucket{le=\"0.5\"} 1
+h_bucket{le=\"2000000.0\"} 3
+h_bucket{le=\"+Inf\"} 6
+# HELP i Facts
+# TYPE i info
+i_info{device=\"a\\\"b\"} 1
+# EOF
+";
+    assert_eq!(every_kind_set().encode(Format::OpenMetrics), openmetrics);
+}

@@ -310,7 +310,7 @@ fn check_counter(
         }
     };
     let unit = closed("unit", &raw.unit, Unit::parse_catalog, Unit::CATALOG_NAMES)?;
-    let kind = closed("kind", &raw.kind, Kind::parse, Kind::NAMES)?;
+    let kind = closed("kind", &raw.kind, Kind::parse_catalog, Kind::CATALOG_NAMES)?;
     let severity = closed("severity", &raw.severity, Severity::parse, Severity::NAMES)?;
     let overflow = match &raw.overflow {
         Some(text) => closed("overflow", text, Overflow::parse, Overflow::NAMES)?,

@@ -149,12 +149,58 @@ impl Unit {
 
 spelled_enum! {
     /// Whether the value only grows (until it wraps or saturates) or goes up and down: the
-    /// one counter kind of the workspace (also `rdmakit::model::CounterKind`).
+    /// one kind type of the workspace (catalog entries, `rdmakit::model::CounterKind`,
+    /// rdmad's metric families). A counter file is a counter or a gauge; info and histogram
+    /// are the exposition's own kinds (declared last, see [`Kind::CATALOG_NAMES`]).
     pub enum Kind {
-        /// Monotonic: rate it, alert on its increase.
+        /// Monotonic: rate it, alert on its increase. In the exposition the family name has
+        /// no `_total` (the encoder adds it).
         Counter => "counter",
         /// A level or a setting: read it as is.
         Gauge => "gauge",
+        /// Exposition only: strings as labels on a constant 1; the family name has no
+        /// `_info` (the encoder adds it). Not a catalog spelling.
+        Info => "info",
+        /// Exposition only: a distribution (bucket, sum and count series). Not a catalog
+        /// spelling.
+        Histogram => "histogram",
+    }
+}
+
+impl Kind {
+    /// The spellings a catalog file may use: `counter` and `gauge`.
+    pub const CATALOG_NAMES: &'static [&'static str] = Kind::NAMES.split_at(2).0;
+
+    /// Parses a catalog file's spelling ([`Kind::CATALOG_NAMES`]).
+    pub fn parse_catalog(text: &str) -> Option<Kind> {
+        Kind::parse(text).filter(|kind| matches!(kind, Kind::Counter | Kind::Gauge))
+    }
+
+    /// The type as the text exposition format 0.0.4's `# TYPE` line spells it (where an
+    /// info family is a gauge).
+    pub fn type_name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge | Kind::Info => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+
+    /// The name a family added as `family` has in the text exposition: `_total` added to a
+    /// counter, `_info` to an info family, a histogram's base name (its series add
+    /// `_bucket`, `_sum`, `_count`).
+    pub fn exposed_name(self, family: &str) -> String {
+        format!("{family}{}", self.suffix())
+    }
+
+    /// What the exposition adds to a family's name on its series: `_total` for a counter,
+    /// `_info` for an info family, nothing for the others.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Kind::Counter => "_total",
+            Kind::Info => "_info",
+            Kind::Gauge | Kind::Histogram => "",
+        }
     }
 }
 

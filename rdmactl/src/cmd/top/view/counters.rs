@@ -30,8 +30,9 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, state: &TopState, key: &PortKey) 
                 _ => Style::new(),
             };
             let rate = match r.kind {
-                CounterKind::Gauge => "gauge".to_owned(),
                 CounterKind::Counter => table::rate(per_second),
+                // A gauge (a counter file is never info or histogram).
+                _ => "gauge".to_owned(),
             };
             Row::new(vec![
                 Cell::from(r.source.as_str()),
