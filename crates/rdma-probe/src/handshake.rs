@@ -315,17 +315,26 @@ impl HandshakeError {
         match self {
             HandshakeError::BadMac => 1,
             HandshakeError::Replay => 2,
-            HandshakeError::Responder(_) => 4,
+            HandshakeError::Responder(_) => REFUSED_RESPONDER,
             _ => 3,
         }
     }
+
+    /// Whether the server authenticated us and then could not set up its QP (its
+    /// [`HandshakeError::Responder`], as the client receives it).
+    pub fn is_responder_refusal(&self) -> bool {
+        matches!(self, HandshakeError::Refused(why) if *why == refusal_text(REFUSED_RESPONDER))
+    }
 }
+
+/// The refusal code of [`HandshakeError::Responder`].
+const REFUSED_RESPONDER: u8 = 4;
 
 fn refusal_text(code: u8) -> &'static str {
     match code {
         1 => "authentication failed (wrong secret?)",
         2 => "replayed nonce",
-        4 => "the responder could not set up its QP",
+        REFUSED_RESPONDER => "the responder could not set up its QP",
         REFUSED_BUSY => "busy: too many handshakes in progress, try again later",
         _ => "malformed handshake",
     }

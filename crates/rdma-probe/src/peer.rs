@@ -189,18 +189,15 @@ fn client_handshake<T>(stream: &TcpStream, f: impl FnOnce(&mut Deadlined<'_>) ->
     out
 }
 
-/// What the server's REFUSED frame says when it authenticated us but could not build its
-/// QP (`HandshakeError::Responder` on its side, refusal code 4).
-const REFUSED_RESPONDER: &str = "the responder could not set up its QP";
-
 /// The failure of a client handshake with `addr`. A peer whose rdmad authenticated us and
 /// then could not set up its QP (no RDMA device, or its device refused the QP) has a working
 /// agent and a failed RDMA side: that is the RDMA layer (`SETUP_ERR`), not the agent's
 /// `HANDSHAKE_ERR`, or a removed device would be blamed on the agent.
 fn handshake_failure(addr: &str, e: &handshake::HandshakeError) -> ProbeFailure {
-    let kind = match e {
-        handshake::HandshakeError::Refused(why) if *why == REFUSED_RESPONDER => FailureKind::Setup,
-        _ => FailureKind::Handshake,
+    let kind = if e.is_responder_refusal() {
+        FailureKind::Setup
+    } else {
+        FailureKind::Handshake
     };
     ProbeFailure::new(kind, format!("{addr}: {e}"))
 }
@@ -551,7 +548,7 @@ mod tests {
             "open rxe0: No such device",
         );
         assert_eq!(f.kind, FailureKind::Setup, "{f}");
-        assert!(f.detail.contains(REFUSED_RESPONDER), "{f}");
+        assert!(f.detail.contains("could not set up its QP"), "{f}");
         let f = refused("another secret of 32 bytes!!!!!!", "not reached");
         assert_eq!(f.kind, FailureKind::Handshake, "{f}");
     }
