@@ -53,7 +53,7 @@ MESH = tomllib.loads((Path(__file__).resolve().parent / "pingmesh.toml").read_te
 # first notification goes out at most that long after its alerts reach the Alertmanager (a
 # new group waits group_wait; alerts joining a group that still exists, e.g. one kept by the
 # resolved alerts Prometheus resends, wait for its next group_interval).
-GROUP_WAIT = max(float(w) * (60 if u == "m" else 1) for w, u in re.findall(
+NOTIFY_WITHIN = max(float(w) * (60 if u == "m" else 1) for w, u in re.findall(
     r"^\s*group_(?:wait|interval):\s*(\d+)([sm])\s*$",
     (Path(__file__).resolve().parents[1] / "deploy/alertmanager/alertmanager.yml").read_text(),
     re.M))
@@ -236,13 +236,12 @@ class Matrix:
         if during:
             during()
         hold_until = (t_all or time.time()) + self.for_s + 2 * self.interval
-        # A fault that fired its culprits lasts until their notification has gone out (the
-        # route's group_wait after the group's first alert): a real fault does, and one undone
-        # sooner would be notified as already resolved, or not at all. Bounded.
-        notify_by = (t_all + GROUP_WAIT + 3 * self.interval + 5) if t_all else 0
+        # A fault that fired its culprits lasts until their notification has gone out (within
+        # the routes' group_wait or group_interval): a real fault does, and one undone sooner
+        # would be notified as already resolved, or not at all. Bounded.
+        notify_by = (t_all + NOTIFY_WITHIN + 3 * self.interval + 5) if t_all else 0
         while time.time() < hold_until or (time.time() < notify_by and not any(
-                t >= t_inj and n.get("status") == "firing"
-                and n.get("receiver") in CULPRIT_RECEIVERS for t, n in self.notifications())):
+                n.get("receiver") in CULPRIT_RECEIVERS for n in self.firing_notes(t_inj))):
             time.sleep(self.tracker.step)
         t_undo0 = time.time()
         self.do(f.undo)
@@ -363,13 +362,16 @@ class Matrix:
         with Hook.lock:
             return list(Hook.received)
 
+    def firing_notes(self, t0, t1=float("inf")):
+        """The firing notifications that arrived in [t0, t1)."""
+        return [n for t, n in self.notifications() if t0 <= t < t1 and n.get("status") == "firing"]
+
     def check_notifications(self):
         """One notification per culprit: in each fault's window (its injection to the next
         one's), the firing notifications to the culprit receivers."""
-        notes = self.notifications()
         ends = [f.row["t_inj"] for f in self.faults[1:]] + [self.quiet.get("t0", time.time())]
         for f, end in zip(self.faults, ends):
-            mine = [n for t, n in notes if f.row["t_inj"] <= t < end and n.get("status") == "firing"]
+            mine = self.firing_notes(f.row["t_inj"], end)
             culprit = [n for n in mine if n.get("receiver") in CULPRIT_RECEIVERS]
             default = [n for n in mine if n.get("receiver") not in CULPRIT_RECEIVERS]
             firing = lambda n: sorted(show(key_of(a["labels"])) for a in n["alerts"]
