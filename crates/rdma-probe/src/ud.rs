@@ -85,6 +85,10 @@ const SPIN_AFTER_ACTIVITY: Duration = Duration::from_millis(2);
 /// How long a run spins for a reply before it yields the CPU on every spin (as the RC
 /// probes do): far above a Soft-RoCE round trip, far below a scheduler tick.
 const YIELD_AFTER: Duration = Duration::from_micros(200);
+/// How long a run waits for a reply, yielding, before it sleeps on the completion channel
+/// until the reply timeout: ~3x a Soft-RoCE round trip under TCG, ~1000x a hardware one, so
+/// only requests that are almost surely lost put the thread to sleep.
+const BLOCK_AFTER: Duration = Duration::from_millis(10);
 /// Longest sleep on the completion channel (new jobs and stop are noticed after it).
 const IDLE_WAIT: Duration = Duration::from_millis(20);
 /// A run stops after this many requests in a row without a reply (a dead peer costs a few

@@ -55,19 +55,36 @@ pub(super) fn serve(shared: &Shared, verbs: Verbs, jobs: mpsc::Receiver<Job>) {
         // guest), so a reply is seen within a fraction of a microsecond.
         if !active.is_empty() {
             let mut i = 0;
-            let mut all_late = true;
+            let (mut all_late, mut all_lost) = (true, true);
+            // The sleep below ends before the first outstanding request times out.
+            let mut sleep = IDLE_WAIT;
             while i < active.len() {
                 if s.step(&mut active[i]) {
                     let a = active.swap_remove(i);
                     s.finish(a);
                     (idle_since, idle_spins) = (None, 0);
-                    all_late = false;
+                    (all_late, all_lost) = (false, false);
                     continue;
                 }
-                all_late &= active[i].waited_ns() > YIELD_AFTER.as_nanos() as f64;
+                let waited = active[i].waited_ns();
+                all_late &= waited > YIELD_AFTER.as_nanos() as f64;
+                all_lost &= waited > BLOCK_AFTER.as_nanos() as f64;
+                let left = active[i].job.timeout.as_nanos() as f64 - waited;
+                sleep = sleep.min(Duration::from_nanos(left.max(0.0) as u64));
                 i += 1;
             }
-            if all_late {
+            if all_lost {
+                // Every outstanding request is most likely lost (a silent or cut-off peer):
+                // sleep on the completion channel until a datagram comes or the first
+                // timeout is due, instead of holding the CPU for the whole reply timeout,
+                // which on a small host slows every other pair's probes and replies.
+                if !s.sleep_on_recvs(&mut active, sleep) {
+                    flushes = flushes.wrapping_add(1);
+                    if flushes.is_multiple_of(16) {
+                        meter.flush(&shared.stats.cpu_ns);
+                    }
+                }
+            } else if all_late {
                 // Every reply this late: let the other threads (maybe the responder) run.
                 std::thread::yield_now();
             }
@@ -89,17 +106,11 @@ pub(super) fn serve(shared: &Shared, verbs: Verbs, jobs: mpsc::Receiver<Job>) {
             std::thread::yield_now();
             continue;
         }
-        // Idle: sleep on the completion channel (after arming it, poll once more so a
-        // datagram that came in between is not left waiting).
-        if s.verbs.recv_cq.req_notify(false).is_err() {
-            std::thread::sleep(IDLE_WAIT);
-            continue;
-        }
-        if s.poll_recvs(&mut active) {
+        // Idle: sleep on the completion channel.
+        if s.sleep_on_recvs(&mut active, IDLE_WAIT) {
             (idle_since, idle_spins) = (None, 0);
             continue;
         }
-        let _ = s.verbs.recv_cq.wait(IDLE_WAIT);
         flushes = flushes.wrapping_add(1);
         if flushes.is_multiple_of(16) {
             meter.flush(&shared.stats.cpu_ns);
@@ -129,6 +140,21 @@ impl Active {
 }
 
 impl Server<'_> {
+    /// Arm the receive CQ and sleep on its channel up to `limit`, after one more poll so a
+    /// datagram that came in between is not left waiting; true when that poll found one
+    /// (no sleep).
+    fn sleep_on_recvs(&mut self, active: &mut [Active], limit: Duration) -> bool {
+        if self.verbs.recv_cq.req_notify(false).is_err() {
+            std::thread::sleep(limit);
+            return false;
+        }
+        if self.poll_recvs(active) {
+            return true;
+        }
+        let _ = self.verbs.recv_cq.wait(limit);
+        false
+    }
+
     /// Retire send completions; true when there were any.
     fn poll_sends(&mut self) -> bool {
         self.wcs.clear();
