@@ -1,6 +1,6 @@
 """The pingmesh fault matrix (issue #29's "Must show"), run by dashboards/multihost_check.py on
 the one 4-host lab of tests/multihost-prometheus: a real Prometheus with the shipped rules
-(`for:` at 10 s) sends its alerts to a real Alertmanager with the shipped configuration
+(`for:` divided by 12: 2 m, the culprits', at 10 s) sends its alerts to a real Alertmanager with the shipped configuration
 (deploy/alertmanager/alertmanager.yml; only its webhook URL points at the Hook below, on
 127.0.0.1, which keeps every notification).
 
@@ -187,7 +187,7 @@ class Matrix:
         self.run = run
         self.am = alertmanager
         self.interval = run.interval
-        self.for_s = 10.0  # the shortened `for:` of tests/multihost-prometheus
+        self.for_s = 10.0  # the culprit alerts' shortened `for:` (tests/multihost-prometheus)
         self.tracker = Tracker(lambda: run.api_alerts(), step=1.0)
         self.faults = []
         self.quiet = {}
@@ -306,10 +306,22 @@ class Matrix:
                        f"{RESOLVE_TARGET:.0f} s: {met(row['resolve_s'], RESOLVE_TARGET)}; the undo took "
                        f"{row['undo_took']:.0f} s)" + ("" if detectable else
                        f"; the culprit not required: {why}"))
+        print(f"   probe CPU during the fault: {self.probe_cpu(t_inj, t_undo0)}", flush=True)
         if not ok:
             self.diagnose(t_inj, t_undo)
         self.faults.append(f)
         return row
+
+    def probe_cpu(self, t0, t1):
+        """What each host's probe engine used of a CPU from t0 to t1 (a figure, printed: a
+        fault must not make a prober spin, which would slow its other pairs)."""
+        span = max(int(t1 - t0), 4)
+        try:
+            res = self.run.query(f"rate(rdma_probe_cpu_seconds_total[{span}s])", at=t1)
+        except Exception as e:  # a figure never fails the run
+            return f"unknown ({e})"
+        cpu = sorted((s["metric"].get("instance", "?"), float(s["value"][1])) for s in res)
+        return ", ".join(f"{h} {v:.0%}" for h, v in cpu) or "no series"
 
     def diagnose(self, t_inj, t_undo):
         """A failed row says why: what the probers saw of each pair during the fault (failed
@@ -390,7 +402,7 @@ class Matrix:
 
     def table(self):
         fmt = lambda v: f"{v:.0f}" if v is not None else "-"
-        lines = ["", "FAULT MATRIX (4 hosts, probe/scrape/eval 2 s, for: 10 s; targets: "
+        lines = ["", "FAULT MATRIX (4 hosts, probe/scrape/eval 2 s, for: 10 s (latency 50 s); targets: "
                  f"fire <= {FIRE_TARGET:.0f} s, resolve <= {RESOLVE_TARGET:.0f} s)",
                  f"{'fault':<28} {'culprit alerts fired':<52} {'pair alerts left':<18} "
                  f"{'fire s':>6} {'resolve s':>9} {'notif':>5}  other alerts"]
