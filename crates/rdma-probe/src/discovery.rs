@@ -273,6 +273,10 @@ struct DnsSource {
     last: Vec<String>,
     /// When it came.
     last_at: Option<std::time::Instant>,
+    /// The longest a refresh waits for the resolver: a lookup its own timeouts do not end
+    /// fails then (an engine test against a server that accepts TCP and never answers
+    /// once sat in one lookup for over 13 minutes).
+    limit: Duration,
 }
 
 /// The discovery state kept between refreshes (one per engine).
@@ -492,9 +496,18 @@ impl Discovery {
             return Vec::new();
         };
         dns.resolver.clear_cache();
+        let limit = dns.limit;
         let outcome = dns
             .runtime
-            .block_on(resolve(&dns.resolver, &dns.name, default_port));
+            .block_on(async {
+                tokio::time::timeout(limit, resolve(&dns.resolver, &dns.name, default_port)).await
+            })
+            .unwrap_or_else(|_| {
+                Err(DnsError::Failed(format!(
+                    "no answer within {} ms",
+                    limit.as_millis()
+                )))
+            });
         match outcome {
             Ok(keys) => {
                 dns.last = keys.clone();
@@ -584,6 +597,8 @@ fn dns_source(
     opts.use_hosts_file = ResolveHosts::Never;
     opts.timeout = timeout.unwrap_or(Duration::from_secs(2));
     opts.attempts = 2;
+    // Two attempts at the name's lookups, two at its SRV targets', and one spare.
+    let limit = opts.timeout * 5;
     // A short name ("rdmad") is tried with the search domains; a full one as it is.
     let resolver = builder.build();
     Ok(DnsSource {
@@ -592,6 +607,7 @@ fn dns_source(
         resolver,
         last: Vec::new(),
         last_at: None,
+        limit,
     })
 }
 

@@ -486,3 +486,24 @@ fn yaml_file_and_the_merge_with_static_peers() {
     assert_eq!(err(&d, "file", "parse"), 0, "an empty file is no targets");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn dns_a_server_that_takes_queries_and_never_answers_fails_the_refresh() {
+    // UDP queries read by nobody, TCP connections accepted by the kernel and never read:
+    // every refresh ends (by the resolver's timeouts or the refresh's own bound) with the
+    // failure counted and no peers.
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = udp.local_addr().unwrap();
+    let _tcp = std::net::TcpListener::bind(addr).ok();
+    let mut d = Discovery::new(DiscoveryConfig {
+        dns_name: Some("pm.test".into()),
+        dns_server: Some(addr),
+        dns_timeout: Some(Duration::from_millis(200)),
+        default_port: 9736,
+        ..DiscoveryConfig::default()
+    });
+    for n in 1..=3 {
+        assert!(d.refresh().peers.is_empty());
+        assert_eq!(err(&d, "dns", "resolve"), n, "{:?}", d.stats());
+    }
+}

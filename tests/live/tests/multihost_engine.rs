@@ -49,12 +49,12 @@ const SILENT_BASE: u16 = 20000;
 const HELPER_ENV: &str = "LIVE_ENGINE_HELPER";
 /// Timed requests per run (`--probe.iterations`).
 const ITERATIONS: u64 = 20;
-/// Engine threads at most, from the engine's code: its two loops, the loopback probe's
+/// Engine threads at most, from the engine's code: its two loops and its discovery, the loopback probe's
 /// second QP thread while it runs, [`rdma_probe::engine::MAX_CONNECTS`] connects,
 /// [`rdma_probe::engine::MAX_RC_RUNS`] RC runs and one UD endpoint thread per device (one
 /// here: rxe0); no listener threads (h1's rdmad under test has no `--probe.listen`).
 const ENGINE_THREADS: usize =
-    2 + 1 + rdma_probe::engine::MAX_CONNECTS + rdma_probe::engine::MAX_RC_RUNS + 1;
+    3 + 1 + rdma_probe::engine::MAX_CONNECTS + rdma_probe::engine::MAX_RC_RUNS + 1;
 
 /// The whole answer of the rdmad under test, parsed.
 type Series = BTreeMap<String, f64>;

@@ -1,5 +1,6 @@
 //! The peer loop of the engine ([`super`]): the peers' links and connections, the
 //! bounded connect and RC-run threads, and one round after another.
+use super::feed::Feed;
 use super::*;
 
 /// A peer's connection, of the configured transport (the RC one boxed: its QP pair and
@@ -434,8 +435,11 @@ impl Peers<'_> {
     }
 }
 
-pub(super) fn peer_loop(shared: &Shared, cfg: &EngineConfig, discovery: DiscoveryConfig) {
-    let mut discovery = (cfg.has_peers()).then(|| Discovery::new(discovery));
+pub(super) fn peer_loop(shared: &Arc<Shared>, cfg: &EngineConfig, discovery: DiscoveryConfig) {
+    let mut feed = cfg
+        .has_peers()
+        .then(|| Feed::start(shared, cfg.interval, discovery));
+    let shared: &Shared = shared;
     let mut meter = CpuMeter::start();
     let clock = Clock::calibrate();
     shared.state.lock().unwrap_or_else(|p| p.into_inner()).clock = Some(clock.info());
@@ -454,18 +458,20 @@ pub(super) fn peer_loop(shared: &Shared, cfg: &EngineConfig, discovery: Discover
     };
     let mut round: u64 = 0;
     loop {
+        // The newest discovered peers (waited for only before the first round).
+        let mut own_labels = BTreeMap::new();
+        let mut own_by_address = BTreeSet::new();
+        let mut stats = None;
+        if let Some((set, st)) = feed.as_mut().and_then(Feed::latest) {
+            mesh.update(shared, cfg, set);
+            own_labels.clone_from(&set.own_labels);
+            own_by_address.clone_from(&set.own_addrs);
+            stats = Some(st.clone());
+        }
         let start = Instant::now();
         let next = start + cfg.interval;
         // Every run of the round ends by the next round's start.
         let run_deadline = start + cfg.run_timeout.min(cfg.interval);
-        let mut own_labels = BTreeMap::new();
-        let mut own_by_address = BTreeSet::new();
-        if let Some(d) = discovery.as_mut() {
-            let set = d.refresh();
-            mesh.update(shared, cfg, &set);
-            own_labels.clone_from(&set.own_labels);
-            own_by_address = set.own_addrs;
-        }
         let picks: BTreeSet<usize> = mesh
             .plan
             .as_ref()
@@ -502,13 +508,7 @@ pub(super) fn peer_loop(shared: &Shared, cfg: &EngineConfig, discovery: Discover
             }
         }
         // The peer set of the round is published before any result of it.
-        publish(
-            shared,
-            &mesh,
-            discovery.as_ref(),
-            &own_labels,
-            &own_by_address,
-        );
+        publish(shared, &mesh, stats.as_ref(), &own_labels, &own_by_address);
         candidates.sort();
         let mut candidates = candidates.into_iter().map(|c| (c.0, c.3)).peekable();
         let mut own_found = Vec::new();
@@ -589,13 +589,7 @@ pub(super) fn peer_loop(shared: &Shared, cfg: &EngineConfig, discovery: Discover
             st.targets
                 .retain(|t| t.peer.as_deref() != Some(addr.as_str()));
         }
-        publish(
-            shared,
-            &mesh,
-            discovery.as_ref(),
-            &own_labels,
-            &own_by_address,
-        );
+        publish(shared, &mesh, stats.as_ref(), &own_labels, &own_by_address);
         round += 1;
         shared.rounds.fetch_add(1, Ordering::Relaxed);
         meter.flush(&shared.cpu_ns);
@@ -606,7 +600,7 @@ pub(super) fn peer_loop(shared: &Shared, cfg: &EngineConfig, discovery: Discover
 fn publish(
     shared: &Shared,
     mesh: &Mesh,
-    discovery: Option<&Discovery>,
+    discovery: Option<&DiscoveryStats>,
     own_labels: &BTreeMap<String, String>,
     own_by_address: &BTreeSet<String>,
 ) {
@@ -626,7 +620,7 @@ fn publish(
         })
         .collect();
     if let Some(d) = discovery {
-        st.discovery = d.stats().clone();
+        st.discovery = d.clone();
     }
     st.own_labels.clone_from(own_labels);
     st.own_peers = own_by_address

@@ -418,3 +418,53 @@ fn one_unanswered_ud_run_on_an_answering_path_is_loss_and_two_are_a_failure() {
     );
     assert_eq!(run_verdict(ok, 1, None, true), RunVerdict::Answered);
 }
+
+#[test]
+fn a_dns_server_that_never_answers_does_not_hold_the_rounds() {
+    // A DNS server on 127.0.0.1 that takes every query and never answers (UDP read by
+    // nobody, TCP accepted by the kernel and never read): each lookup waits its timeouts.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dns = udp.local_addr().unwrap();
+    let _tcp = std::net::TcpListener::bind(dns).ok();
+    let secret = Secret::new(b"0123456789abcdef0123").unwrap();
+    let cfg = EngineConfig {
+        loopback: false,
+        mr_sizes: vec![],
+        secret: Some(secret),
+        peers_dns: Some("pm.test".into()),
+        dns_server: Some(dns),
+        interval: Duration::from_millis(20),
+        ..EngineConfig::default()
+    };
+    let engine = ProbeEngine::start(cfg).unwrap();
+    let h = engine.handle();
+    let resolve_errors = |s: &ProbeSnapshot| {
+        s.discovery
+            .errors_total
+            .get(&("dns".to_string(), "resolve".to_string()))
+            .copied()
+            .unwrap_or(0)
+    };
+    // The first round waits for the first answer (a failed lookup); after it, the rounds
+    // keep their interval while every later lookup waits for its timeouts.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut s = h.snapshot();
+    while s.rounds_total < 30 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        s = h.snapshot();
+    }
+    engine.stop();
+    assert!(
+        s.rounds_total >= 30,
+        "FAIL: {} rounds in 60 s while the DNS server did not answer ({} lookups failed)",
+        s.rounds_total,
+        resolve_errors(&s)
+    );
+    // Inline, every round was one lookup: as many failures as rounds.
+    assert!(
+        resolve_errors(&s) >= 1 && resolve_errors(&s) * 4 <= s.rounds_total,
+        "{} rounds, {} failed lookups",
+        s.rounds_total,
+        resolve_errors(&s)
+    );
+}
