@@ -60,9 +60,11 @@ def values(during, after, cumulative=False):
     return f"0+{during}x{n_during} {total}+{after}x{n_after}"
 
 
-def series(mesh, fault):
+def series(mesh, fault, never_up=False):
     """fault(prober, target) -> (status, request loss share, reply loss share) or None when
-    the prober is not scraped."""
+    the prober is not scraped. `never_up`: a pair failing during the fault never answered
+    before it, so rdmad exports its status alone until it answers (sent and lost appear
+    with the fault's end)."""
     out = []
     for p in mesh.hosts:
         for t in mesh.hosts:
@@ -75,11 +77,16 @@ def series(mesh, fault):
             base = f'{mesh.prober_labels(p)}, device="rxe0", {mesh.peer_labels(t)}, peer_rack=""'
             probe = f'{base}, port="1", op="send", kind="peer", transport="ud"'
             out.append((f"rdma_probe_peer_status{{{base}}}", values(status, 0)))
-            out.append((f"rdma_probe_sent_total{{{probe}}}", values(SENT, SENT, True)))
+            counters = values
+            if never_up and status > 0:
+                def counters(during, after, cumulative):
+                    full = values(during, after, cumulative).split(" ")
+                    return f"_x{FAULT_END // STEP + 1} {full[1]}"
+            out.append((f"rdma_probe_sent_total{{{probe}}}", counters(SENT, SENT, True)))
             out.append((f'rdma_probe_lost_total{{{probe}, direction="request"}}',
-                        values(int(SENT * req), 0, True)))
+                        counters(int(SENT * req), 0, True)))
             out.append((f'rdma_probe_lost_total{{{probe}, direction="reply"}}',
-                        values(int(SENT * rep), 0, True)))
+                        counters(int(SENT * rep), 0, True)))
     return out
 
 
@@ -158,13 +165,21 @@ def render():
            "# Pingmesh localization: one test per fault on a 4-host and a 3-host mesh; each asserts",
            "# the complete set of firing pingmesh alerts during the fault (after the rules' 2m `for:`)",
            f"# and that none is left a minute after it; a pair that was down is no lossy pair once up.",
+           "# Each fault that fails pairs at a layer runs twice: the pairs answered before it (their",
+           "# counters go on), and they never answered (rdmad exports their status alone until then).",
            "rule_files:", "  - rdma.rules.yml", f"evaluation_interval: {STEP}s", "", "tests:"]
     sel = f'ALERTS{{alertstate="firing", alertname=~"{MESH_ALERTS}"}}'
     for n, lab in ((4, False), (3, True)):
         m = Mesh(n, lab)
+        cases = []
         for title, fault, want in faults(m):
+            cases.append((title, fault, want, False))
+            if any((fault(p, t) or (0,))[0] for p in m.hosts for t in m.hosts if p != t):
+                cases.append((f"{title}; the failing pairs never answered before (status only)",
+                              fault, want, True))
+        for title, fault, want, never_up in cases:
             out += [f"  # {n} hosts: {title}", f"  - interval: {STEP}s", "    input_series:"]
-            for s, v in series(m, fault):
+            for s, v in series(m, fault, never_up):
                 out += [f"      - series: '{s}'", f"        values: '{v}'"]
             out += ["    promql_expr_test:",
                     f"      - expr: '{sel}'", f"        eval_time: {FAULT_END - STEP}s"]

@@ -1,13 +1,16 @@
 //! What a probes scrape costs per peer, against a scrape with no peers, in one run.
 //!
 //! `cargo run --release -p rdma-bench --bin probe_emit [PEERS] [ROUNDS]` (2,000 peers, 200
-//! rounds by default) builds two engine snapshots: one with the loopback targets only, one
+//! rounds by default) builds three engine snapshots: one with the loopback targets only, one
 //! with PEERS UD peers as the engine holds them after its rounds (one target and one status
-//! per peer, a rack label each, losses counted). It interleaves, ROUNDS times, the probes
-//! collector's `emit` plus the text encoding of each, and prints both p50s, the series and
-//! bytes of each and their ratio. The lab's bench/lab-engine-scrape measures the whole
-//! scrape of a running rdmad; this one isolates the collector so its growth with the peers
-//! is seen without the lab (the per-peer scan it replaced made the collector quadratic).
+//! per peer, a rack label each, losses counted), and one with PEERS silent peers as the
+//! engine holds them once each connect timed out (a target without a device, run or sample,
+//! its failures counted, and the `host` status: issue #29's SYNs dropped). It interleaves,
+//! ROUNDS times, the probes collector's `emit` plus the text encoding of each, and prints the
+//! p50s, the series and bytes of each and the ratio of each to no peers. The lab's
+//! bench/lab-engine-scrape measures the whole scrape of a running rdmad with silent peers;
+//! this one isolates the collector so its growth with the peers is seen without the lab (the
+//! per-peer scan it replaced made the collector quadratic).
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -57,7 +60,27 @@ fn target(peer: Option<String>, op: ProbeOp, n: u64) -> TargetResult {
     }
 }
 
-fn snapshot(peers: u64) -> ProbeSnapshot {
+/// A peer whose every connect timed out, as the engine records it: no device (never
+/// connected), no run, no sample, nothing sent, its failures counted.
+fn silent_target(peer: String, n: u64) -> TargetResult {
+    TargetResult {
+        device: String::new(),
+        last: None,
+        runs_total: 0,
+        sent_total: 0,
+        lost_total: 0,
+        lost_request_total: 0,
+        lost_reply_total: 0,
+        failures_total: BTreeMap::from([("HOST_UNREACHABLE".to_string(), 1 + n % 4)]),
+        up: false,
+        last_error: Some(format!("connect to {peer}: timed out after 3 s")),
+        ..target(Some(peer), ProbeOp::Send, n)
+    }
+}
+
+/// What the engine holds for `peers` peers: answering ones (`silent` false: half of them
+/// `ok`, half down after answering), or ones that never answered.
+fn snapshot(peers: u64, silent: bool) -> ProbeSnapshot {
     let mut targets: Vec<TargetResult> = [ProbeOp::Send, ProbeOp::Write, ProbeOp::Read]
         .into_iter()
         .map(|op| target(None, op, 1))
@@ -66,7 +89,11 @@ fn snapshot(peers: u64) -> ProbeSnapshot {
     for i in 0..peers {
         // Addresses are only labels here: nothing is sent anywhere.
         let peer = format!("10.{}.{}.{}:9737", i / 65536, (i / 256) % 256, i % 256);
-        targets.push(target(Some(peer.clone()), ProbeOp::Send, i));
+        targets.push(if silent {
+            silent_target(peer.clone(), i)
+        } else {
+            target(Some(peer.clone()), ProbeOp::Send, i)
+        });
         states.push(PeerState {
             peer,
             connected: false,
@@ -77,7 +104,7 @@ fn snapshot(peers: u64) -> ProbeSnapshot {
                 format!("r{}", i / 32),
             )])),
             planned: true,
-            status: Some(if i % 2 == 0 {
+            status: Some(if i % 2 == 0 && !silent {
                 PeerStatus::Ok
             } else {
                 PeerStatus::Host
@@ -119,36 +146,37 @@ fn main() -> anyhow::Result<()> {
     let peers: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(2000);
     let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(200);
     anyhow::ensure!(rounds > 0, "ROUNDS must be at least 1");
-    let none = snapshot(0);
-    let many = snapshot(peers);
-    let (mut t_none, mut t_many) = (Vec::new(), Vec::new());
-    let (mut shape_none, mut shape_many) = ((0, 0), (0, 0));
+    let cases = [
+        ("no peers".to_string(), snapshot(0, false)),
+        (format!("{peers} peers"), snapshot(peers, false)),
+        (format!("{peers} silent"), snapshot(peers, true)),
+    ];
+    let mut times: Vec<Vec<std::time::Duration>> = vec![Vec::new(); cases.len()];
+    let mut shapes = vec![(0, 0); cases.len()];
     for _ in 0..rounds {
-        let mut r = Ok((0, 0));
-        t_none.push(time(|| r = scrape(&none)));
-        shape_none = r?;
-        let mut r = Ok((0, 0));
-        t_many.push(time(|| r = scrape(&many)));
-        shape_many = r?;
+        for (i, (_, s)) in cases.iter().enumerate() {
+            let mut r = Ok((0, 0));
+            times[i].push(time(|| r = scrape(s)));
+            shapes[i] = r?;
+        }
     }
-    let (p_none, p_many) = (median(t_none), median(t_many));
-    println!(
-        "no peers:   p50 {:>9.3} ms, {} series, {} bytes",
-        p_none.as_secs_f64() * 1e3,
-        shape_none.0,
-        shape_none.1
-    );
-    println!(
-        "{peers} peers: p50 {:>9.3} ms, {} series, {} bytes",
-        p_many.as_secs_f64() * 1e3,
-        shape_many.0,
-        shape_many.1
-    );
-    println!(
-        "ratio {:.2}x time for {:.1}x series ({} rounds interleaved)",
-        p_many.as_secs_f64() / p_none.as_secs_f64(),
-        shape_many.0 as f64 / shape_none.0.max(1) as f64,
-        rounds
-    );
+    let p50: Vec<f64> = times.into_iter().map(|t| median(t).as_secs_f64()).collect();
+    for (i, (name, _)) in cases.iter().enumerate() {
+        println!(
+            "{:<14} p50 {:>9.3} ms, {} series, {} bytes",
+            format!("{name}:"),
+            p50[i] * 1e3,
+            shapes[i].0,
+            shapes[i].1
+        );
+    }
+    for (i, (name, _)) in cases.iter().enumerate().skip(1) {
+        println!(
+            "{name}: ratio {:.2}x time for {:.1}x series ({} rounds interleaved)",
+            p50[i] / p50[0],
+            shapes[i].0 as f64 / shapes[0].0.max(1) as f64,
+            rounds
+        );
+    }
     Ok(())
 }

@@ -221,6 +221,18 @@ pub struct TargetResult {
     pub last_error: Option<String>,
 }
 
+impl TargetResult {
+    /// Whether the target ever answered: a successful run (or a latency measured), or (UD)
+    /// a request answered in a failed run. Once true it stays true: a failed run counts
+    /// every request it left unanswered as lost, so `sent_total - lost_total` is at least
+    /// the requests answered. A peer that never answered (every connect timed out or was
+    /// refused, or its UD requests all went unanswered) has measured nothing: rdmad exports
+    /// only its status.
+    pub fn ever_answered(&self) -> bool {
+        self.runs_total > 0 || self.last.is_some() || self.sent_total > self.lost_total
+    }
+}
+
 /// MR registration timings of one device and size.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RegistrationResult {

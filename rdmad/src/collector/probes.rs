@@ -4,7 +4,14 @@
 //! copies its latest results, it never probes.
 //!
 //! Per probed peer, by default at most 6 series (labels `device,port,op,kind="peer",peer,
-//! transport,peer_rack`):
+//! transport,peer_rack`), and only `rdma_probe_peer_status` for a peer that never answered
+//! (no successful run and no request answered: every connect timed out or was refused, or
+//! its UD requests all went unanswered): a silent peer measured nothing, and 2,000 of them
+//! cost a scrape 1 series each instead of 4. Once a peer has answered it keeps all of its
+//! series, down or not, so that the rules' increase() over sent and lost goes on across a
+//! fault (the first of its counters' samples carries what was sent while it never answered,
+//! which increase() does not count as loss; the rules read a pair that is down from its
+//! status alone):
 //!
 //! - `rdma_probe_sent_total{...}`: requests sent to the peer (UD: every request, warmup
 //!   included; RC: the timed ones)
@@ -25,7 +32,8 @@
 //! With `--probe.peer-histograms` (off by default) peers also get the loopback targets'
 //! detail: `rdma_probe_latency_seconds` (histogram: 15 buckets, sum, count), the other five
 //! stats, `rdma_probe_runs_total` and `rdma_probe_failures_total{...,status}`: 29 series per
-//! healthy peer instead of 6.
+//! healthy peer instead of 6; then every peer gets its series, never-answered ones included
+//! (their failures by name count the attempts).
 //!
 //! Totals at the default `--probe.mesh-max` 64 (racks of 32, as bench's pinglist_sim): up to
 //! 65 hosts every host probes every other one (6 x (n - 1) per host). Above it a host probes
@@ -110,7 +118,7 @@ const MR_REGISTRATION_FAILURES: Declared = Declared::counter(
 );
 const PEER_STATUS: Declared = Declared::gauge(
     "rdma_probe_peer_status",
-    "A peer's verdict from its last probe: 0 ok, 1 agent (TCP refused or handshake failed: its rdmad refuses or is absent), 2 host (TCP connect timed out: unreachable), 3 rdma (TCP and handshake work, the RDMA probes go unanswered or fail)",
+    "A peer's verdict from its last probe: 0 ok, 1 agent (TCP refused or handshake failed: its rdmad refuses or is absent), 2 host (TCP connect timed out: unreachable), 3 rdma (TCP and handshake work, the RDMA probes go unanswered or fail); a peer that never answered has this series only (by default)",
 );
 const ROUND_DURATION_SECONDS: Declared = Declared::gauge(
     "rdma_probe_round_duration_seconds",
@@ -313,7 +321,8 @@ const OPTIONS: &[Opt] = &[
         Kind::Bool,
         "BOOL",
         "Export a latency histogram, every summary stat, runs and failures per peer (false: \
-         the 6 default series per peer: sent, lost by direction, typical and p99, status).",
+         the 6 default series per peer: sent, lost by direction, typical and p99, status; \
+         the status alone for a peer that never answered).",
     )
     .default("false"),
     opt(
@@ -367,7 +376,8 @@ fn build(config: &CollectorConfig) -> Box<dyn Collector> {
 pub struct ProbeSource {
     #[cfg(feature = "verbs")]
     handle: Option<rdma_probe::ProbeHandle>,
-    /// Without `--probe.peer-histograms`: peers get the 6 default series only.
+    /// Without `--probe.peer-histograms`: peers get the 6 default series only (the status
+    /// alone until they first answer).
     #[cfg(feature = "verbs")]
     no_peer_histograms: bool,
 }
@@ -586,9 +596,10 @@ fn target_labels(racks: &HashMap<&str, &str>, t: &TargetResult) -> Labels {
 const PEER_STATS: [&str; 2] = ["typical", "p99"];
 
 /// Add the metrics of the engine's `snapshot` to `out`. Per peer by default at most 6
-/// series (sent, lost by direction, latency typical and p99, status); `peer_detail`
+/// series (sent, lost by direction, latency typical and p99, status), and only the status
+/// for a peer that never answered ([`TargetResult::ever_answered`]); `peer_detail`
 /// (`--probe.peer-histograms`) adds the latency histogram, the other stats, runs and
-/// failures. Loopback targets always get everything.
+/// failures, for every peer. Loopback targets always get everything.
 pub fn emit(
     snapshot: &ProbeSnapshot,
     peer_detail: bool,
@@ -596,8 +607,13 @@ pub fn emit(
 ) -> anyhow::Result<()> {
     let racks = racks(snapshot);
     for t in &snapshot.targets {
-        let l = target_labels(&racks, t);
         let peer = t.kind == "peer";
+        if peer && !peer_detail && !t.ever_answered() {
+            // Nothing measured: sent and lost would be 0 (or equal), no latency; its
+            // rdma_probe_peer_status (below) says why.
+            continue;
+        }
+        let l = target_labels(&racks, t);
         let detail = peer_detail || !peer;
         if detail {
             out.add_declared(

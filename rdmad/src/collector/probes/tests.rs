@@ -326,6 +326,121 @@ fn by_default_peers_get_sent_lost_by_direction_two_stats_and_a_status_only() {
     assert!(!text.contains("rdma_probe_peer_connected"), "{text}");
 }
 
+/// Peers as the engine holds them: `silent` (every connect timed out: no device, nothing
+/// sent), `mute` (connected, its UD requests all unanswered), `fell` (answered 4 runs, then
+/// its host became unreachable), and the snapshot's own peer (no run completed, but 197 of
+/// its 200 requests answered).
+fn peers_that_never_answered_and_one_that_did() -> ProbeSnapshot {
+    let mut snap = snapshot();
+    let base = snap.targets[1].clone();
+    let peer = |name: &str, status| PeerState {
+        peer: name.into(),
+        connected: false,
+        connects_total: 0,
+        backoff_seconds: 4.0,
+        labels: Default::default(),
+        planned: true,
+        status: Some(status),
+    };
+    snap.targets.push(TargetResult {
+        device: String::new(),
+        peer: Some("10.0.0.7:9737".into()),
+        sent_total: 0,
+        lost_total: 0,
+        lost_request_total: 0,
+        lost_reply_total: 0,
+        failures_total: BTreeMap::from([("HOST_UNREACHABLE".to_string(), 5)]),
+        last_error: Some("timed out".into()),
+        ..base.clone()
+    });
+    snap.peers
+        .push(peer("10.0.0.7:9737", rdma_probe::PeerStatus::Host));
+    snap.targets.push(TargetResult {
+        peer: Some("10.0.0.8:9737".into()),
+        sent_total: 30,
+        lost_total: 30,
+        lost_request_total: 30,
+        lost_reply_total: 0,
+        failures_total: BTreeMap::from([("TIMEOUT".to_string(), 10)]),
+        ..base.clone()
+    });
+    snap.peers
+        .push(peer("10.0.0.8:9737", rdma_probe::PeerStatus::Rdma));
+    snap.targets.push(TargetResult {
+        peer: Some("10.0.0.9:9737".into()),
+        last: Some(one_sample_summary(20.0)),
+        runs_total: 4,
+        sent_total: 400,
+        lost_total: 40,
+        lost_request_total: 40,
+        lost_reply_total: 0,
+        failures_total: BTreeMap::from([("HOST_UNREACHABLE".to_string(), 2)]),
+        ..base
+    });
+    snap.peers
+        .push(peer("10.0.0.9:9737", rdma_probe::PeerStatus::Host));
+    snap
+}
+
+/// The series lines of `peer` in `text`.
+fn lines_of<'a>(text: &'a str, peer: &str) -> Vec<&'a str> {
+    let label = format!("peer=\"{peer}\"");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && l.contains(&label))
+        .collect()
+}
+
+#[test]
+fn a_peer_that_never_answered_has_its_status_only() {
+    let snap = peers_that_never_answered_and_one_that_did();
+    let mut set = MetricSet::new();
+    emit(&snap, false, &mut set).unwrap();
+    let text = set.encode(Format::Text);
+    // Every connect timed out: its verdict, from no device.
+    assert_eq!(
+        lines_of(&text, "10.0.0.7:9737"),
+        ["rdma_probe_peer_status{device=\"\",peer=\"10.0.0.7:9737\",peer_rack=\"\"} 2"],
+        "{text}"
+    );
+    // Connected, every UD request unanswered: its verdict, not 30 sent and 30 lost.
+    assert_eq!(
+        lines_of(&text, "10.0.0.8:9737"),
+        ["rdma_probe_peer_status{device=\"rxe_a\",peer=\"10.0.0.8:9737\",peer_rack=\"\"} 3"],
+        "{text}"
+    );
+    // Up once, then unreachable: its 6 series, the counters still there for increase().
+    let fell = "device=\"rxe_a\",port=\"1\",op=\"send\",kind=\"peer\",peer=\"10.0.0.9:9737\",transport=\"ud\",peer_rack=\"\"";
+    let lines = lines_of(&text, "10.0.0.9:9737");
+    assert_eq!(lines.len(), 6, "{text}");
+    for line in [
+        format!("rdma_probe_sent_total{{{fell}}} 400"),
+        format!("rdma_probe_lost_total{{{fell},direction=\"request\"}} 40"),
+        format!("rdma_probe_lost_total{{{fell},direction=\"reply\"}} 0"),
+        "rdma_probe_peer_status{device=\"rxe_a\",peer=\"10.0.0.9:9737\",peer_rack=\"\"} 2"
+            .to_string(),
+    ] {
+        assert!(lines.contains(&line.as_str()), "missing {line:?} in {text}");
+    }
+    // Answered in runs that all failed (197 of 200 requests): measured, so its counters.
+    assert_eq!(lines_of(&text, "10.0.0.2:9737").len(), 4, "{text}");
+    assert!(
+        text.contains(&format!("rdma_probe_sent_total{{{UD_PEER}}} 200\n")),
+        "{text}"
+    );
+    // With the peer detail every peer gets its series: the silent one's failures count its
+    // attempts.
+    let mut set = MetricSet::new();
+    emit(&snap, true, &mut set).unwrap();
+    let text = set.encode(Format::Text);
+    let silent = "device=\"\",port=\"1\",op=\"send\",kind=\"peer\",peer=\"10.0.0.7:9737\",transport=\"ud\",peer_rack=\"\"";
+    for line in [
+        format!("rdma_probe_failures_total{{{silent},status=\"HOST_UNREACHABLE\"}} 5\n"),
+        format!("rdma_probe_sent_total{{{silent}}} 0\n"),
+    ] {
+        assert!(text.contains(&line), "missing {line:?} in {text}");
+    }
+}
+
 /// The series per peer of a healthy UD peer (a summary, no failure), with the engine's
 /// own latency buckets: the figures of rdmad/README.md (Probes: series per host).
 #[test]
