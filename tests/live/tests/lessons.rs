@@ -48,7 +48,12 @@ impl Run {
 
 /// Run `cmd` (stdout and stderr captured), kill it after TIME_LIMIT, and fail unless it
 /// finished in time.
-fn run_limited(mut cmd: Command, what: &str) -> Run {
+fn run_limited(cmd: Command, what: &str) -> Run {
+    run_limited_for(cmd, what, TIME_LIMIT)
+}
+
+/// `run_limited` with another time limit.
+fn run_limited_for(mut cmd: Command, what: &str, limit: Duration) -> Run {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -71,7 +76,7 @@ fn run_limited(mut cmd: Command, what: &str) -> Run {
         if let Some(st) = child.try_wait().expect("try_wait") {
             break Some(st);
         }
-        if start.elapsed() > TIME_LIMIT {
+        if start.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
             break None;
@@ -85,7 +90,7 @@ fn run_limited(mut cmd: Command, what: &str) -> Run {
     };
     assert!(
         status.is_some(),
-        "FAIL: {what} did not finish within {TIME_LIMIT:?}.\n--- stdout\n{}\n--- stderr\n{}",
+        "FAIL: {what} did not finish within {limit:?}.\n--- stdout\n{}\n--- stderr\n{}",
         run.stdout,
         run.stderr
     );
@@ -118,6 +123,13 @@ fn run_ok(name: &str, extra: &[&str]) -> Run {
 /// Run a shell script as a chapter shows it: the examples and rdmactl on PATH, stderr
 /// folded into stdout (`2>&1`, as the chapter quotes it). The exit code is the script's.
 fn run_sh(script: &str) -> Run {
+    let mut cmd = tool("sh");
+    cmd.arg("-c").arg(format!("exec 2>&1\n{script}"));
+    run_limited(cmd, script)
+}
+
+/// A command as a chapter runs it: the examples and rdmactl on PATH.
+fn tool(name: &str) -> Command {
     let rdmactl_dir = live_tests::rdmactl_bin()
         .parent()
         .map(|p| p.display().to_string())
@@ -127,11 +139,9 @@ fn run_sh(script: &str) -> Run {
         examples_dir().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(format!("exec 2>&1\n{script}"))
-        .env("PATH", path);
-    run_limited(cmd, script)
+    let mut cmd = Command::new(name);
+    cmd.env("PATH", path);
+    cmd
 }
 
 #[test]
@@ -632,6 +642,375 @@ fn ch17_triage_each_mistake_has_its_observable() {
     }
 }
 
+// Chapter 17's standard tools, run as the chapter runs them. A tool missing from the lab
+// image fails its test (it cannot start), as a missing example does: never a skip.
+
+/// A server started in the background, stdout and stderr in a file (no pipe that a test
+/// could wait on forever), killed on drop so that a failed test leaves nothing listening.
+struct Server {
+    child: std::process::Child,
+    log: PathBuf,
+    what: String,
+}
+
+impl Server {
+    fn start(argv: &[&str], log: &str) -> Server {
+        let what = argv.join(" ");
+        let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("FAIL: {log}: {e}"));
+        let err = out.try_clone().expect("dup the log file");
+        let child = tool(argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("FAIL: cannot start {what}: {e}"));
+        Server {
+            child,
+            log: PathBuf::from(log),
+            what,
+        }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait until it exits; fail if it is still running after `limit`. Its exit code.
+    fn finish(&mut self, limit: Duration) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return st.code();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "FAIL: {} still running after {limit:?}:\n{}",
+                self.what,
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Poll `cond` every 100 ms for up to `limit`; whether it became true.
+fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// Run a tool to its end (stdout and stderr apart) within `limit` seconds.
+fn run_tool(argv: &[&str], limit: u64) -> Run {
+    let mut cmd = tool(argv[0]);
+    cmd.args(&argv[1..]).stdin(Stdio::null());
+    run_limited_for(cmd, &argv.join(" "), Duration::from_secs(limit))
+}
+
+/// `rdma` (iproute2) with these arguments: its stdout, failing unless it exits 0.
+fn rdma_ok(args: &str) -> String {
+    let argv: Vec<&str> = std::iter::once("rdma").chain(args.split(' ')).collect();
+    let r = run_tool(&argv, 30);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "FAIL: rdma {args}:\n{}{}",
+        r.stdout,
+        r.stderr
+    );
+    r.stdout
+}
+
+/// Whether something listens on this TCP port (IPv4 or IPv6), from /proc: the lab image
+/// has no ss.
+fn tcp_listening(port: u16) -> bool {
+    let local = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && format!("{} ", cols[1]).ends_with(&local) && cols[3] == "0A"
+            })
+    })
+}
+
+/// `ibv_devinfo -v`: the port lines the chapter reads first, and what `-v` adds.
+#[test]
+fn ch17_ibv_devinfo_v_port_lines() {
+    let plain = run_tool(&["ibv_devinfo", "-d", LAB_DEVICE], 30);
+    let verbose = run_tool(&["ibv_devinfo", "-v", "-d", LAB_DEVICE], 30);
+    for r in [&plain, &verbose] {
+        assert_eq!(
+            r.code,
+            Some(0),
+            "FAIL: ibv_devinfo:\n{}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    let devs = live_tests::parse_devinfo(&verbose.stdout).unwrap_or_else(|e| panic!("FAIL: {e}"));
+    assert_eq!(devs.len(), 1, "{}", verbose.stdout);
+    let port = devs[0].port(1).expect("ibv_devinfo -v shows port 1");
+    for (key, want) in DEVINFO_PORT {
+        assert_eq!(
+            port.field(key),
+            Some(*want),
+            "FAIL: port 1 {key}:\n{}",
+            verbose.stdout
+        );
+    }
+    // The GID table, each entry with its type; the lab's IPv4 address at index 1.
+    assert!(
+        !port.gids.is_empty(),
+        "FAIL: no GID lines:\n{}",
+        verbose.stdout
+    );
+    for g in &port.gids {
+        assert!(
+            matches!(g.gid_type.as_deref(), Some("RoCE v1") | Some("RoCE v2")),
+            "FAIL: GID[{}] without a RoCE type: {g:?}",
+            g.index
+        );
+    }
+    let gid1 = port.gids.iter().find(|g| g.index == 1).expect("GID[1]");
+    assert_eq!(gid1.gid.to_string(), "::ffff:10.0.2.15", "{gid1:?}");
+    assert_eq!(gid1.gid_type.as_deref(), Some("RoCE v2"), "{gid1:?}");
+    // -v adds the device's limits, phys_state and the GID table; without it, none of them.
+    assert!(devs[0].field("max_qp").is_some(), "{}", verbose.stdout);
+    for absent in ["max_qp:", "phys_state:", "GID["] {
+        assert!(
+            !plain.stdout.contains(absent),
+            "FAIL: {absent} without -v:\n{}",
+            plain.stdout
+        );
+    }
+    assert!(plain.stdout.contains("PORT_ACTIVE (4)"), "{}", plain.stdout);
+}
+
+/// Puts rxe0/1's per-QP counter mode back to `auto off` (the lab's default) on drop, so
+/// that the tests after this one (rdmad's counter-mode collector) see the default.
+struct QpCounterModeOff;
+
+impl Drop for QpCounterModeOff {
+    fn drop(&mut self) {
+        let _ = tool("rdma")
+            .args(["statistic", "qp", "set", "link", "rxe0/1", "auto", "off"])
+            .status();
+    }
+}
+
+/// `rdma statistic qp` on rxe: the auto mode is accepted, yet a QP that exists gets no
+/// counter of its own (rxe implements no per-QP counter); the QP is in `rdma resource
+/// show qp`, and the port-wide counters the chapter quotes are in `rdma statistic show`.
+#[test]
+fn ch17_rdma_statistic_qp_on_rxe() {
+    let mode = rdma_ok("statistic qp mode link rxe0/1");
+    assert!(
+        mode.starts_with("link rxe0/1 mode qp auto off"),
+        "FAIL: the lab's default mode:\n{mode}"
+    );
+    let _restore = QpCounterModeOff;
+    rdma_ok("statistic qp set link rxe0/1 auto type on");
+    let mode = rdma_ok("statistic qp mode link rxe0/1");
+    assert!(
+        mode.starts_with("link rxe0/1 mode qp auto type on"),
+        "FAIL: mode after set:\n{mode}"
+    );
+    // A QP that exists: ibv_ud_pingpong's server creates its UD QP (to INIT, with the
+    // port: the moment the kernel binds a counter in auto mode) before it waits on TCP.
+    let mut server = Server::start(
+        &[
+            "ibv_ud_pingpong",
+            "-d",
+            LAB_DEVICE,
+            "-g",
+            "1",
+            "-s",
+            "512",
+            "-p",
+            "18517",
+        ],
+        "/tmp/ch17-statqp-server.log",
+    );
+    let mut qps = String::new();
+    let listed = wait_until(Duration::from_secs(20), || {
+        qps = rdma_ok("resource show qp link rxe0/1");
+        qps.contains("comm ibv_ud_pingpong")
+    });
+    assert!(
+        listed,
+        "FAIL: no ibv_ud_pingpong QP in rdma resource show qp:\n{qps}\n{}",
+        server.output()
+    );
+    let line = qps
+        .lines()
+        .find(|l| l.contains("comm ibv_ud_pingpong"))
+        .unwrap();
+    assert!(
+        line.contains("type UD") && line.contains("state INIT"),
+        "{line}"
+    );
+    let counters = rdma_ok("statistic qp show link rxe0/1");
+    println!("rdma statistic qp show, a UD QP in INIT, auto type on:\n{counters}--");
+    assert!(
+        !counters.contains("cntn"),
+        "FAIL: rxe now has per-QP counters; chapter 17 says it has none:\n{counters}"
+    );
+    let _ = server.child.kill();
+    let _ = server.finish(Duration::from_secs(10));
+    // What remains: the port's counters, with the names chapters 11 and 17 quote.
+    let port = rdma_ok("statistic show link rxe0/1");
+    for name in PORT_COUNTERS_QUOTED {
+        assert!(
+            port.contains(&format!(" {name} ")),
+            "FAIL: no {name} in rdma statistic show:\n{port}"
+        );
+    }
+    drop(_restore);
+    let mode = rdma_ok("statistic qp mode link rxe0/1");
+    assert!(mode.starts_with("link rxe0/1 mode qp auto off"), "{mode}");
+}
+
+/// rping: server and client on rxe0's address, three round trips, both exit 0.
+#[test]
+fn ch17_rping_three_round_trips() {
+    let mut server = Server::start(
+        &["rping", "-s", "-a", "10.0.2.15", "-C", "3", "-v"],
+        "/tmp/ch17-rping-server.log",
+    );
+    let listening = wait_until(Duration::from_secs(20), || {
+        rdma_ok("resource show cm_id")
+            .lines()
+            .any(|l| l.contains("LISTEN") && l.contains("comm rping"))
+    });
+    assert!(
+        listening,
+        "FAIL: rping -s never listened:\n{}",
+        server.output()
+    );
+    let client = run_tool(
+        &[
+            "rping",
+            "-c",
+            "-a",
+            "10.0.2.15",
+            "-C",
+            "3",
+            "-v",
+            "-S",
+            "64",
+        ],
+        60,
+    );
+    assert_eq!(
+        client.code,
+        Some(0),
+        "FAIL: rping -c:\n{}{}\n--- server\n{}",
+        client.stdout,
+        client.stderr,
+        server.output()
+    );
+    let pings: Vec<&str> = client
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .collect();
+    assert_eq!(pings.len(), 3, "FAIL: not 3 pings:\n{}", client.stdout);
+    for (i, l) in pings.iter().enumerate() {
+        assert!(l.starts_with(&format!("ping data: rdma-ping-{i}: ")), "{l}");
+    }
+    let code = server.finish(Duration::from_secs(30));
+    let out = server.output();
+    assert_eq!(code, Some(0), "FAIL: rping -s:\n{out}");
+    let echoed = out
+        .lines()
+        .filter(|l| l.starts_with("server ping data: rdma-ping-"))
+        .count();
+    assert_eq!(echoed, 3, "FAIL: the server saw not 3 pings:\n{out}");
+}
+
+/// ibv_ud_pingpong: the default 2048 bytes do not fit the lab's MTU; 512 bytes ping-pong
+/// 100 times and both sides print the same byte count.
+#[test]
+fn ch17_ibv_ud_pingpong_fits_the_mtu() {
+    let big = run_tool(&["ibv_ud_pingpong", "-d", LAB_DEVICE, "-g", "1"], 30);
+    assert_eq!(big.code, Some(1), "{}{}", big.stdout, big.stderr);
+    assert!(
+        big.stderr
+            .contains("Requested size larger than port MTU (1024)"),
+        "FAIL: {}{}",
+        big.stdout,
+        big.stderr
+    );
+    let ud = [
+        "ibv_ud_pingpong",
+        "-d",
+        LAB_DEVICE,
+        "-g",
+        "1",
+        "-s",
+        "512",
+        "-n",
+        "100",
+    ];
+    let mut server = Server::start(&ud, "/tmp/ch17-ud-server.log");
+    let listening = wait_until(Duration::from_secs(20), || tcp_listening(18515));
+    assert!(
+        listening,
+        "FAIL: no server on TCP 18515:\n{}",
+        server.output()
+    );
+    let mut argv = ud.to_vec();
+    argv.push("127.0.0.1");
+    let client = run_tool(&argv, 60);
+    assert_eq!(
+        client.code,
+        Some(0),
+        "FAIL: client:\n{}{}\n--- server\n{}",
+        client.stdout,
+        client.stderr,
+        server.output()
+    );
+    let code = server.finish(Duration::from_secs(30));
+    let out = server.output();
+    assert_eq!(code, Some(0), "FAIL: server:\n{out}");
+    // 512 bytes x 100 iterations x 2 directions.
+    for text in [&client.stdout, &out] {
+        assert!(text.contains("102400 bytes in "), "FAIL:\n{text}");
+        let iters = text
+            .lines()
+            .find(|l| l.starts_with("100 iters in "))
+            .unwrap_or_else(|| panic!("FAIL: no iters line:\n{text}"));
+        let usec: f64 = iters
+            .rsplit("= ")
+            .next()
+            .and_then(|v| v.strip_suffix(" usec/iter"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("FAIL: {iters}"));
+        assert!(usec > 0.0, "{iters}");
+    }
+    assert!(
+        client.stdout.contains("remote address: LID 0x0000, QPN 0x"),
+        "{}",
+        client.stdout
+    );
+}
+
 #[test]
 fn ch17_rdmactl_answers_the_same_questions() {
     let r = run_sh("rdmactl explain retry_exceeded_err");
@@ -692,6 +1071,22 @@ const TRIAGE_ON_RXE: &[(&str, &[&str])] = &[
         "access: RDMA WRITE to B",
         &["A: IBV_WC_REM_INV_REQ_ERR; A's QP ERR"],
     ),
+];
+
+/// ibv_devinfo -v, port 1 of the lab's rxe0: the lines chapter 17 reads first.
+const DEVINFO_PORT: &[(&str, &str)] = &[
+    ("state", "PORT_ACTIVE (4)"),
+    ("phys_state", "LINK_UP (5)"),
+    ("active_mtu", "1024 (3)"),
+    ("link_layer", "Ethernet"),
+];
+
+/// Port counters chapter 17's triage names, as `rdma statistic show` prints them.
+const PORT_COUNTERS_QUOTED: &[&str] = &[
+    "rcvd_pkts",
+    "retry_exceeded_err",
+    "duplicate_request",
+    "out_of_seq_request",
 ];
 
 const EXPLAIN_LINES: &[&str] = &["retry_exceeded_err"];
