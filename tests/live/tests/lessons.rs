@@ -1011,6 +1011,166 @@ fn ch17_ibv_ud_pingpong_fits_the_mtu() {
     );
 }
 
+/// What one theft of section 5.5 printed: the thief's run, the victim's and the server's
+/// output, and both clients' names.
+struct Theft {
+    thief: Run,
+    thief_name: String,
+    victim: String,
+    victim_name: String,
+    server: String,
+}
+
+/// The name a client of 05_cm_event_loop connected as.
+fn client_name(out: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix("client: connecting as \""))
+        .and_then(|l| l.split('"').next())
+        .unwrap_or_else(|| panic!("FAIL: no 'connecting as' line:\n{out}"))
+        .to_string()
+}
+
+/// Chapter 5.5 on rxe0: the server (`-g`: it prints each grant; `-1`: one PD for all),
+/// a victim that keeps writing for 15 s, and a thief that WRITEs with the victim's grant
+/// on its own connection.
+fn steal_a_grant(port: &str, one_pd: bool) -> Theft {
+    let bin = examples_dir().join("05_cm_event_loop");
+    assert!(bin.is_file(), "FAIL: example {} is missing", bin.display());
+    let mut args = vec!["05_cm_event_loop", "server", "-p", port, "-n", "2", "-g"];
+    if one_pd {
+        args.push("-1");
+    }
+    let mut server = Server::start(&args, &format!("/tmp/ch05-theft-server-{port}.log"));
+    let listening = format!("server: listening on port {port}");
+    assert!(
+        wait_until(Duration::from_secs(20), || server
+            .output()
+            .contains(&listening)),
+        "FAIL: the server never listened:\n{}",
+        server.output()
+    );
+    let client = ["05_cm_event_loop", "client", "-p", port];
+    let mut victim_args = client.to_vec();
+    victim_args.extend(["-r", "300", "-d", "50", "10.0.2.15"]);
+    let mut victim = Server::start(&victim_args, &format!("/tmp/ch05-theft-victim-{port}.log"));
+    let mut grant = String::new();
+    let granted = wait_until(Duration::from_secs(30), || {
+        let out = server.output();
+        match out.lines().find(|l| l.starts_with("server: grant to \"")) {
+            Some(l) => {
+                grant = l.to_string();
+                true
+            }
+            None => false,
+        }
+    });
+    assert!(granted, "FAIL: no grant printed:\n{}", server.output());
+    // "server: grant to "NAME": addr 0x..., rkey 0x..., 128 bytes"
+    let field = |key: &str| -> String {
+        grant
+            .split(key)
+            .nth(1)
+            .and_then(|v| v.split(',').next())
+            .unwrap_or_else(|| panic!("FAIL: no {key:?} in {grant:?}"))
+            .to_string()
+    };
+    let stolen = format!("{}:{}", field("addr "), field("rkey "));
+    let mut thief_args = client.to_vec();
+    thief_args.extend(["-s", &stolen, "10.0.2.15"]);
+    let thief = run_tool(&thief_args, 60);
+    assert_eq!(
+        victim.finish(Duration::from_secs(90)),
+        Some(0),
+        "FAIL: the victim:\n{}",
+        victim.output()
+    );
+    assert_eq!(
+        server.finish(Duration::from_secs(30)),
+        Some(0),
+        "FAIL: the server:\n{}",
+        server.output()
+    );
+    let (victim, server) = (victim.output(), server.output());
+    Theft {
+        thief_name: client_name(&thief.stdout),
+        victim_name: client_name(&victim),
+        thief,
+        victim,
+        server,
+    }
+}
+
+/// Chapter 5.5: a client's grant (address, length, rkey) names an MR in that client's
+/// own PD, so another client that learnt it is refused on its own connection; with one
+/// PD for every client (the server's `-1`), the same theft succeeds. Both clients'
+/// QPs and the server's grant REMOTE_WRITE after the handshake, as rdma_cm set them.
+#[test]
+fn ch05_a_grant_is_useless_on_another_clients_connection() {
+    for (port, one_pd) in [("7475", false), ("7476", true)] {
+        let t = steal_a_grant(port, one_pd);
+        let all = format!(
+            "--- thief\n{}{}\n--- victim\n{}\n--- server\n{}",
+            t.thief.stdout, t.thief.stderr, t.victim, t.server
+        );
+        t.thief
+            .expect("client: writing with a grant taken from another connection instead\n");
+        for out in [&t.thief.stdout, &t.victim] {
+            assert!(
+                out.lines().any(|l| l.starts_with("client: QP 0x")
+                    && l.ends_with(") grants the peer: REMOTE_WRITE")),
+                "FAIL: a client's access flags:\n{all}"
+            );
+        }
+        let server_grants = t
+            .server
+            .lines()
+            .filter(|l| {
+                l.starts_with("server: QP 0x") && l.ends_with(") grants the peer: REMOTE_WRITE")
+            })
+            .count();
+        assert_eq!(server_grants, 2, "FAIL: the server's access flags:\n{all}");
+        assert!(t.victim.contains("client: 300 messages written\n"), "{all}");
+        assert!(
+            t.server.contains("server: served 2 clients, refused 0\n"),
+            "{all}"
+        );
+        // The theft happened while the victim's connection (and its MR) was open.
+        let gone = |name: &str| {
+            t.server
+                .lines()
+                .position(|l| l.starts_with(&format!("server: \"{name}\" disconnected after ")))
+                .unwrap_or_else(|| panic!("FAIL: {name} never disconnected:\n{all}"))
+        };
+        assert!(
+            gone(&t.thief_name) < gone(&t.victim_name),
+            "FAIL: the victim left before the thief wrote:\n{all}"
+        );
+        let victim_line = format!(
+            "server: \"{}\" disconnected after 300 messages",
+            t.victim_name
+        );
+        assert!(t.server.contains(&victim_line), "{all}");
+        if one_pd {
+            // One PD: the victim's rkey works on the thief's QP; the thief's own buffer
+            // at the server stays empty, its WRITE landed in the victim's.
+            assert_eq!(t.thief.code, Some(0), "FAIL: one PD, the theft:\n{all}");
+            t.thief.expect("client: WRITE and SEND completed\n");
+            assert!(
+                t.server
+                    .contains(&format!("server: \"{}\" wrote: \"\"\n", t.thief_name)),
+                "FAIL: one PD:\n{all}"
+            );
+        } else {
+            // A PD per client: the server's device refuses the WRITE.
+            assert_eq!(t.thief.code, Some(1), "FAIL: a PD per client:\n{all}");
+            t.thief
+                .expect("client: message 1: WRITE completed with IBV_WC_REM_ACCESS_ERR\n");
+            let thief_line = format!("server: \"{}\" disconnected after 0 messages", t.thief_name);
+            assert!(t.server.contains(&thief_line), "{all}");
+        }
+    }
+}
+
 #[test]
 fn ch17_rdmactl_answers_the_same_questions() {
     let r = run_sh("rdmactl explain retry_exceeded_err");
