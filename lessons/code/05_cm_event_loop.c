@@ -2,9 +2,9 @@
  * 05_cm_event_loop.c - chapter 5: an rdma_cm server for many clients, and its client,
  * each driven by ONE event loop, between two machines.
  *
- *   server: ./05_cm_event_loop server [-p port] [-n clients] [-c max_open]
+ *   server: ./05_cm_event_loop server [-p port] [-n clients] [-c max_open] [-g] [-1]
  *   client: ./05_cm_event_loop client [-p port] [-v version] [-t timeout_ms]
- *                                     [-r messages] [-d delay_ms] SERVER
+ *                                     [-r messages] [-d delay_ms] [-s addr:rkey] SERVER
  *
  * The client says hello in the CONNECT REQUEST's private data (a protocol version and a
  * name). The server refuses a version it does not speak, or a client beyond `max_open`
@@ -15,6 +15,12 @@
  * connection). The client RDMA-WRITEs a line there, then SENDs a short "more" or "done";
  * RC delivers in order, so when the server sees the SEND the WRITE is in its buffer.
  * `-r` repeats that, `-d` waits between messages (a client to kill mid-transfer).
+ *
+ * Section 5.5 plays thief, on purpose: the server's `-g` prints each grant (a real server
+ * never prints a capability), and a client's `-s addr:rkey` WRITEs with that grant,
+ * taken from another client, instead of its own. Its connection is in another PD, so
+ * the server's device refuses the WRITE: the client prints the completion's status.
+ * The server's `-1` makes the mistake the PDs prevent: one PD for every client.
  *
  * Both sides print the remote access the connection granted to their QP (ibv_query_qp):
  * rdma_cm grants REMOTE_WRITE on every RC QP it connects, whatever the program asked.
@@ -118,6 +124,7 @@ enum { TAG_CM, TAG_COMP, TAG_ASYNC }; /* what an epoll event is about */
 struct conn {
 	struct rdma_cm_id *id;
 	struct ibv_pd *pd; /* this connection's own: its rkey works on this QP only */
+	int pd_shared; /* -1: the server's one PD, not ours to free */
 	struct ibv_cq *cq; /* this connection's own, RECV_DEPTH entries: it cannot overflow */
 	struct ibv_mr *wmr, *rmr;
 	char *wbuf; /* remote-writable, this connection only */
@@ -134,6 +141,9 @@ struct server {
 	struct ibv_comp_channel *chan; /* one channel, every connection's CQ */
 	int ep; /* epoll: CM channel, completion channel, async fd */
 	int served, refused, open, max_open, errors;
+	int show_grants; /* -g: print each grant, for section 5.5's thief */
+	int one_pd; /* -1: one PD for every client, the mistake of section 5.5 */
+	struct ibv_pd *shared_pd;
 };
 
 static int add_fd(int ep, int fd, uint32_t tag)
@@ -158,7 +168,7 @@ static void conn_free(struct conn *c)
 		FAIL("ibv_dereg_mr");
 	if (c->cq && ibv_destroy_cq(c->cq))
 		FAIL("ibv_destroy_cq");
-	if (c->pd && ibv_dealloc_pd(c->pd))
+	if (c->pd && !c->pd_shared && ibv_dealloc_pd(c->pd))
 		FAIL("ibv_dealloc_pd");
 	if (rdma_destroy_id(c->id))
 		FAIL("rdma_destroy_id: %s", strerror(errno));
@@ -268,6 +278,10 @@ static int server_attach_device(struct server *sv, struct ibv_context *verbs)
 	}
 	if (add_fd(sv->ep, sv->chan->fd, TAG_COMP) || add_fd(sv->ep, verbs->async_fd, TAG_ASYNC))
 		return -1;
+	if (sv->one_pd && !(sv->shared_pd = ibv_alloc_pd(verbs))) {
+		FAIL("server: ibv_alloc_pd: %s", strerror(errno));
+		return -1;
+	}
 	return 0;
 }
 
@@ -302,7 +316,8 @@ static int on_connect_request(struct server *sv, struct rdma_cm_id *id, const vo
 	c->id = id;
 	id->context = c;
 	memcpy(c->name, h.name, sizeof(h.name));
-	c->pd = ibv_alloc_pd(id->verbs);
+	c->pd_shared = sv->shared_pd != NULL;
+	c->pd = c->pd_shared ? sv->shared_pd : ibv_alloc_pd(id->verbs);
 	c->cq = c->pd ? ibv_create_cq(id->verbs, RECV_DEPTH, c, sv->chan, 0) : NULL;
 	c->wbuf = alloc_buf(WBUF);
 	c->rbuf = alloc_buf(16 * RECV_DEPTH);
@@ -348,6 +363,9 @@ static int on_connect_request(struct server *sv, struct rdma_cm_id *id, const vo
 	sv->open++;
 	printf("server: accepted client \"%s\" on QP 0x%06x (%d open)\n", c->name,
 	       id->qp->qp_num, sv->open);
+	if (sv->show_grants)
+		printf("server: grant to \"%s\": addr 0x%llx, rkey 0x%x, %d bytes\n", c->name,
+		       (unsigned long long)(uintptr_t)c->wbuf, c->wmr->rkey, WBUF);
 	return print_qp_access("server", id->qp);
 }
 
@@ -443,7 +461,7 @@ static int on_cm_event(struct server *sv, struct rdma_event_channel *ch)
 	}
 }
 
-static int run_server(const char *port, int clients, int max_open)
+static int run_server(const char *port, int clients, int max_open, int show_grants, int one_pd)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_cm_id *listener = NULL;
@@ -453,6 +471,8 @@ static int run_server(const char *port, int clients, int max_open)
 
 	memset(&sv, 0, sizeof(sv));
 	sv.max_open = max_open;
+	sv.show_grants = show_grants;
+	sv.one_pd = one_pd;
 	sv.ep = epoll_create1(EPOLL_CLOEXEC);
 	memset(&addr, 0, sizeof(addr));
 	addr.sin_family = AF_INET; /* INADDR_ANY: every RDMA device's address */
@@ -463,8 +483,8 @@ static int run_server(const char *port, int clients, int max_open)
 		FAIL("server: listen on port %s: %s", port, strerror(errno));
 		goto out;
 	}
-	printf("server: listening on port %s for %d clients, at most %d at once\n", port, clients,
-	       max_open);
+	printf("server: listening on port %s for %d clients, at most %d at once%s\n", port,
+	       clients, max_open, one_pd ? "; ONE PD for all of them" : "");
 	while (sv.served < clients) {
 		struct epoll_event evs[3];
 		int i, n = epoll_wait(sv.ep, evs, 3, -1); /* no timeout: woken by events only */
@@ -489,6 +509,8 @@ out:
 	if (sv.open)
 		FAIL("server: %d connections still open", sv.open);
 	if (listener && rdma_destroy_id(listener))
+		ret = 1;
+	if (sv.shared_pd && ibv_dealloc_pd(sv.shared_pd))
 		ret = 1;
 	if (sv.chan && ibv_destroy_comp_channel(sv.chan))
 		ret = 1;
@@ -535,9 +557,11 @@ static int client_setup(struct rdma_cm_id *id, struct client *c)
 }
 
 /* ESTABLISHED: `msgs` times, WRITE a line into the server's buffer, then SEND "more" (or
- * "done" the last time); wait for both completions, then `delay_ms`. */
+ * "done" the last time); wait for both completions, then `delay_ms`. With `stolen` (the
+ * thief of section 5.5), the WRITEs go to that address and rkey instead of the grant's. */
 static int client_work(struct rdma_cm_id *id, struct client *c, const char *name,
-		       const void *pdata, uint8_t plen, int msgs, int delay_ms)
+		       const void *pdata, uint8_t plen, int msgs, int delay_ms,
+		       const struct grant *stolen)
 {
 	struct grant g;
 	struct ibv_wc wc;
@@ -552,6 +576,11 @@ static int client_work(struct rdma_cm_id *id, struct client *c, const char *name
 	printf("client: the server grants %u bytes to write\n", ntohl(g.len));
 	if (print_qp_access("client", id->qp))
 		return -1;
+	if (stolen) {
+		g.addr = stolen->addr;
+		g.rkey = stolen->rkey;
+		printf("client: writing with a grant taken from another connection instead\n");
+	}
 	for (m = 1; m <= msgs; m++) {
 		char *line = c->buf + 8;
 
@@ -567,8 +596,14 @@ static int client_work(struct rdma_cm_id *id, struct client *c, const char *name
 		    post_one(id->qp, IBV_WR_SEND, c->mr, c->buf, 5, 0, 0, 2))
 			return -1;
 		for (i = 0; i < 2; i++) {
-			if (poll_wc(c->cq, &wc, 30000) != 1 || wc.status != IBV_WC_SUCCESS) {
-				FAIL("client: message %d: %s", m, i ? "SEND failed" : "WRITE failed");
+			if (poll_wc(c->cq, &wc, 30000) != 1) {
+				FAIL("client: message %d: no completion", m);
+				return -1;
+			}
+			if (wc.status != IBV_WC_SUCCESS) {
+				/* The WRITE (wr_id 1) fails first; the SEND after it is flushed. */
+				printf("client: message %d: %s completed with %s\n", m,
+				       wc.wr_id == 1 ? "WRITE" : "SEND", wc_status_name(wc.status));
 				return -1;
 			}
 		}
@@ -595,7 +630,7 @@ static void client_async(struct ibv_context *verbs)
 }
 
 static int run_client(const char *server, const char *port, uint32_t version, int timeout_ms,
-		      int msgs, int delay_ms)
+		      int msgs, int delay_ms, const struct grant *stolen)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_cm_id *id = NULL;
@@ -683,9 +718,13 @@ static int run_client(const char *server, const char *port, uint32_t version, in
 				ret = 1;
 			break;
 		case RDMA_CM_EVENT_ESTABLISHED:
-			if (client_work(id, &c, name, pdata, plen, msgs, delay_ms) ||
-			    rdma_disconnect(id))
+			if (client_work(id, &c, name, pdata, plen, msgs, delay_ms, stolen)) {
+				/* Failed: still say goodbye, so that the server frees us now. */
+				rdma_disconnect(id);
 				ret = 1;
+			} else if (rdma_disconnect(id)) {
+				ret = 1;
+			}
 			break;
 		case RDMA_CM_EVENT_DISCONNECTED:
 			ret = 0;
@@ -738,19 +777,23 @@ int main(int argc, char **argv)
 {
 	const char *port = "7472";
 	int clients = 1, timeout_ms = 5000, max_open = MAX_OPEN, msgs = 1, delay_ms = 0, opt;
+	int show_grants = 0, one_pd = 0;
 	uint32_t version = PROTO_VERSION;
+	struct grant stolen, *steal = NULL;
+	unsigned long long saddr;
+	unsigned int srkey;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	alarm(300); /* never hang forever */
 	if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: %s server [-p port] [-n clients] [-c max_open]\n"
+		fprintf(stderr, "usage: %s server [-p port] [-n clients] [-c max_open] [-g] [-1]\n"
 				"       %s client [-p port] [-v version] [-t ms] [-r messages] "
-				"[-d delay_ms] SERVER\n",
+				"[-d delay_ms] [-s addr:rkey] SERVER\n",
 			argv[0], argv[0]);
 		return 1;
 	}
 	optind = 2;
-	while ((opt = getopt(argc, argv, "p:n:c:v:t:r:d:")) != -1) {
+	while ((opt = getopt(argc, argv, "p:n:c:v:t:r:d:gs:1")) != -1) {
 		switch (opt) {
 		case 'p': port = optarg; break;
 		case 'n': clients = atoi(optarg); break;
@@ -759,15 +802,28 @@ int main(int argc, char **argv)
 		case 'c': max_open = atoi(optarg); break;
 		case 'r': msgs = atoi(optarg); break;
 		case 'd': delay_ms = atoi(optarg); break;
+		case 'g': show_grants = 1; break;
+		case '1': one_pd = 1; break;
+		case 's':
+			if (sscanf(optarg, "%llx:%x", &saddr, &srkey) != 2) {
+				FAIL("-s wants addr:rkey in hex, as the server's -g prints them");
+				return 1;
+			}
+			/* In the wire's byte order, as a grant arrives. */
+			stolen.addr = htobe64(saddr);
+			stolen.rkey = htonl(srkey);
+			steal = &stolen;
+			break;
 		default: return 1;
 		}
 	}
 	if (!strcmp(argv[1], "server"))
-		return run_server(port, clients > 0 ? clients : 1, max_open > 0 ? max_open : 1);
+		return run_server(port, clients > 0 ? clients : 1, max_open > 0 ? max_open : 1,
+				  show_grants, one_pd);
 	if (optind >= argc) {
 		FAIL("client: which server?");
 		return 1;
 	}
 	return run_client(argv[optind], port, version, timeout_ms, msgs > 0 ? msgs : 1,
-			  delay_ms > 0 ? delay_ms : 0);
+			  delay_ms > 0 ? delay_ms : 0, steal);
 }

@@ -48,7 +48,12 @@ impl Run {
 
 /// Run `cmd` (stdout and stderr captured), kill it after TIME_LIMIT, and fail unless it
 /// finished in time.
-fn run_limited(mut cmd: Command, what: &str) -> Run {
+fn run_limited(cmd: Command, what: &str) -> Run {
+    run_limited_for(cmd, what, TIME_LIMIT)
+}
+
+/// `run_limited` with another time limit.
+fn run_limited_for(mut cmd: Command, what: &str, limit: Duration) -> Run {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -71,7 +76,7 @@ fn run_limited(mut cmd: Command, what: &str) -> Run {
         if let Some(st) = child.try_wait().expect("try_wait") {
             break Some(st);
         }
-        if start.elapsed() > TIME_LIMIT {
+        if start.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
             break None;
@@ -85,7 +90,7 @@ fn run_limited(mut cmd: Command, what: &str) -> Run {
     };
     assert!(
         status.is_some(),
-        "FAIL: {what} did not finish within {TIME_LIMIT:?}.\n--- stdout\n{}\n--- stderr\n{}",
+        "FAIL: {what} did not finish within {limit:?}.\n--- stdout\n{}\n--- stderr\n{}",
         run.stdout,
         run.stderr
     );
@@ -118,6 +123,13 @@ fn run_ok(name: &str, extra: &[&str]) -> Run {
 /// Run a shell script as a chapter shows it: the examples and rdmactl on PATH, stderr
 /// folded into stdout (`2>&1`, as the chapter quotes it). The exit code is the script's.
 fn run_sh(script: &str) -> Run {
+    let mut cmd = tool("sh");
+    cmd.arg("-c").arg(format!("exec 2>&1\n{script}"));
+    run_limited(cmd, script)
+}
+
+/// A command as a chapter runs it: the examples and rdmactl on PATH.
+fn tool(name: &str) -> Command {
     let rdmactl_dir = live_tests::rdmactl_bin()
         .parent()
         .map(|p| p.display().to_string())
@@ -127,11 +139,9 @@ fn run_sh(script: &str) -> Run {
         examples_dir().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(format!("exec 2>&1\n{script}"))
-        .env("PATH", path);
-    run_limited(cmd, script)
+    let mut cmd = Command::new(name);
+    cmd.env("PATH", path);
+    cmd
 }
 
 #[test]
@@ -632,6 +642,552 @@ fn ch17_triage_each_mistake_has_its_observable() {
     }
 }
 
+// Chapter 17's standard tools, run as the chapter runs them. A tool missing from the lab
+// image fails its test (it cannot start), as a missing example does: never a skip.
+
+/// A server started in the background, stdout and stderr in a file (no pipe that a test
+/// could wait on forever), killed on drop so that a failed test leaves nothing listening.
+struct Server {
+    child: std::process::Child,
+    log: PathBuf,
+    what: String,
+}
+
+impl Server {
+    fn start(argv: &[&str], log: &str) -> Server {
+        let what = argv.join(" ");
+        let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("FAIL: {log}: {e}"));
+        let err = out.try_clone().expect("dup the log file");
+        let child = tool(argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("FAIL: cannot start {what}: {e}"));
+        Server {
+            child,
+            log: PathBuf::from(log),
+            what,
+        }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait until it exits; fail if it is still running after `limit`. Its exit code.
+    fn finish(&mut self, limit: Duration) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return st.code();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "FAIL: {} still running after {limit:?}:\n{}",
+                self.what,
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Poll `cond` every 100 ms for up to `limit`; whether it became true.
+fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// Run a tool to its end (stdout and stderr apart) within `limit` seconds.
+fn run_tool(argv: &[&str], limit: u64) -> Run {
+    let mut cmd = tool(argv[0]);
+    cmd.args(&argv[1..]).stdin(Stdio::null());
+    run_limited_for(cmd, &argv.join(" "), Duration::from_secs(limit))
+}
+
+/// `rdma` (iproute2) with these arguments: its stdout, failing unless it exits 0.
+fn rdma_ok(args: &str) -> String {
+    let argv: Vec<&str> = std::iter::once("rdma").chain(args.split(' ')).collect();
+    let r = run_tool(&argv, 30);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "FAIL: rdma {args}:\n{}{}",
+        r.stdout,
+        r.stderr
+    );
+    r.stdout
+}
+
+/// Whether something listens on this TCP port (IPv4 or IPv6), from /proc: the lab image
+/// has no ss.
+fn tcp_listening(port: u16) -> bool {
+    let local = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && format!("{} ", cols[1]).ends_with(&local) && cols[3] == "0A"
+            })
+    })
+}
+
+/// `ibv_devinfo -v`: the port lines the chapter reads first, and what `-v` adds.
+#[test]
+fn ch17_ibv_devinfo_v_port_lines() {
+    let plain = run_tool(&["ibv_devinfo", "-d", LAB_DEVICE], 30);
+    let verbose = run_tool(&["ibv_devinfo", "-v", "-d", LAB_DEVICE], 30);
+    for r in [&plain, &verbose] {
+        assert_eq!(
+            r.code,
+            Some(0),
+            "FAIL: ibv_devinfo:\n{}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    let devs = live_tests::parse_devinfo(&verbose.stdout).unwrap_or_else(|e| panic!("FAIL: {e}"));
+    assert_eq!(devs.len(), 1, "{}", verbose.stdout);
+    let port = devs[0].port(1).expect("ibv_devinfo -v shows port 1");
+    for (key, want) in DEVINFO_PORT {
+        assert_eq!(
+            port.field(key),
+            Some(*want),
+            "FAIL: port 1 {key}:\n{}",
+            verbose.stdout
+        );
+    }
+    // The GID table, each entry with its type; the lab's IPv4 address at index 1.
+    assert!(
+        !port.gids.is_empty(),
+        "FAIL: no GID lines:\n{}",
+        verbose.stdout
+    );
+    for g in &port.gids {
+        assert!(
+            matches!(g.gid_type.as_deref(), Some("RoCE v1") | Some("RoCE v2")),
+            "FAIL: GID[{}] without a RoCE type: {g:?}",
+            g.index
+        );
+    }
+    let gid1 = port.gids.iter().find(|g| g.index == 1).expect("GID[1]");
+    assert_eq!(gid1.gid.to_string(), "::ffff:10.0.2.15", "{gid1:?}");
+    assert_eq!(gid1.gid_type.as_deref(), Some("RoCE v2"), "{gid1:?}");
+    // -v adds the device's limits, phys_state and the GID table; without it, none of them.
+    assert!(devs[0].field("max_qp").is_some(), "{}", verbose.stdout);
+    for absent in ["max_qp:", "phys_state:", "GID["] {
+        assert!(
+            !plain.stdout.contains(absent),
+            "FAIL: {absent} without -v:\n{}",
+            plain.stdout
+        );
+    }
+    assert!(plain.stdout.contains("PORT_ACTIVE (4)"), "{}", plain.stdout);
+}
+
+/// Puts rxe0/1's per-QP counter mode back to `auto off` (the lab's default) on drop, so
+/// that the tests after this one (rdmad's counter-mode collector) see the default.
+struct QpCounterModeOff;
+
+impl Drop for QpCounterModeOff {
+    fn drop(&mut self) {
+        let _ = tool("rdma")
+            .args(["statistic", "qp", "set", "link", "rxe0/1", "auto", "off"])
+            .status();
+    }
+}
+
+/// `rdma statistic qp` on rxe: the auto mode is accepted, yet a QP that exists gets no
+/// counter of its own (rxe implements no per-QP counter); the QP is in `rdma resource
+/// show qp`, and the port-wide counters the chapter quotes are in `rdma statistic show`.
+#[test]
+fn ch17_rdma_statistic_qp_on_rxe() {
+    let mode = rdma_ok("statistic qp mode link rxe0/1");
+    assert!(
+        mode.starts_with("link rxe0/1 mode qp auto off"),
+        "FAIL: the lab's default mode:\n{mode}"
+    );
+    let _restore = QpCounterModeOff;
+    rdma_ok("statistic qp set link rxe0/1 auto type on");
+    let mode = rdma_ok("statistic qp mode link rxe0/1");
+    assert!(
+        mode.starts_with("link rxe0/1 mode qp auto type on"),
+        "FAIL: mode after set:\n{mode}"
+    );
+    // A QP that exists: ibv_ud_pingpong's server creates its UD QP (to INIT, with the
+    // port: the moment the kernel binds a counter in auto mode) before it waits on TCP.
+    let mut server = Server::start(
+        &[
+            "ibv_ud_pingpong",
+            "-d",
+            LAB_DEVICE,
+            "-g",
+            "1",
+            "-s",
+            "512",
+            "-p",
+            "18517",
+        ],
+        "/tmp/ch17-statqp-server.log",
+    );
+    let mut qps = String::new();
+    let listed = wait_until(Duration::from_secs(20), || {
+        qps = rdma_ok("resource show qp link rxe0/1");
+        qps.contains("comm ibv_ud_pingpong")
+    });
+    assert!(
+        listed,
+        "FAIL: no ibv_ud_pingpong QP in rdma resource show qp:\n{qps}\n{}",
+        server.output()
+    );
+    let line = qps
+        .lines()
+        .find(|l| l.contains("comm ibv_ud_pingpong"))
+        .unwrap();
+    assert!(
+        line.contains("type UD") && line.contains("state INIT"),
+        "{line}"
+    );
+    let counters = rdma_ok("statistic qp show");
+    println!("rdma statistic qp show, a UD QP in INIT, auto type on:\n{counters}--");
+    assert!(
+        !counters.contains("cntn"),
+        "FAIL: rxe now has per-QP counters; chapter 17 says it has none:\n{counters}"
+    );
+    let _ = server.child.kill();
+    let _ = server.finish(Duration::from_secs(10));
+    // What remains: the port's counters, with the names chapters 11 and 17 quote.
+    let port = rdma_ok("statistic show link rxe0/1");
+    for name in PORT_COUNTERS_QUOTED {
+        assert!(
+            port.contains(&format!(" {name} ")),
+            "FAIL: no {name} in rdma statistic show:\n{port}"
+        );
+    }
+    drop(_restore);
+    let mode = rdma_ok("statistic qp mode link rxe0/1");
+    assert!(mode.starts_with("link rxe0/1 mode qp auto off"), "{mode}");
+}
+
+/// rping: server and client on rxe0's address, three round trips, both exit 0.
+#[test]
+fn ch17_rping_three_round_trips() {
+    let mut server = Server::start(
+        &["rping", "-s", "-a", "10.0.2.15", "-C", "3", "-v"],
+        "/tmp/ch17-rping-server.log",
+    );
+    let listening = wait_until(Duration::from_secs(20), || {
+        rdma_ok("resource show cm_id")
+            .lines()
+            .any(|l| l.contains("LISTEN") && l.contains("comm rping"))
+    });
+    assert!(
+        listening,
+        "FAIL: rping -s never listened:\n{}",
+        server.output()
+    );
+    let client = run_tool(
+        &[
+            "rping",
+            "-c",
+            "-a",
+            "10.0.2.15",
+            "-C",
+            "3",
+            "-v",
+            "-S",
+            "64",
+        ],
+        60,
+    );
+    assert_eq!(
+        client.code,
+        Some(0),
+        "FAIL: rping -c:\n{}{}\n--- server\n{}",
+        client.stdout,
+        client.stderr,
+        server.output()
+    );
+    let pings: Vec<&str> = client
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .collect();
+    assert_eq!(pings.len(), 3, "FAIL: not 3 pings:\n{}", client.stdout);
+    for (i, l) in pings.iter().enumerate() {
+        assert!(l.starts_with(&format!("ping data: rdma-ping-{i}: ")), "{l}");
+    }
+    let code = server.finish(Duration::from_secs(30));
+    let out = server.output();
+    assert_eq!(code, Some(0), "FAIL: rping -s:\n{out}");
+    let echoed = out
+        .lines()
+        .filter(|l| l.starts_with("server ping data: rdma-ping-"))
+        .count();
+    assert_eq!(echoed, 3, "FAIL: the server saw not 3 pings:\n{out}");
+}
+
+/// ibv_ud_pingpong: the default 2048 bytes do not fit the lab's MTU; 512 bytes ping-pong
+/// 100 times and both sides print the same byte count.
+#[test]
+fn ch17_ibv_ud_pingpong_fits_the_mtu() {
+    // The lab's rdma-core 44: a server alone with the default 2048 bytes (more than the
+    // MTU) is not refused up front; it listens and waits for a client.
+    let mut big = Server::start(
+        &[
+            "ibv_ud_pingpong",
+            "-d",
+            LAB_DEVICE,
+            "-g",
+            "1",
+            "-p",
+            "18518",
+        ],
+        "/tmp/ch17-ud-big.log",
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || tcp_listening(18518)),
+        "FAIL: the 2048-byte server neither listened nor stayed:\n{}",
+        big.output()
+    );
+    assert!(
+        !big.output().contains("Requested size larger than port MTU"),
+        "FAIL: rdma-core now refuses up front; chapter 17 says it waits:\n{}",
+        big.output()
+    );
+    let _ = big.child.kill();
+    drop(big);
+    let ud = [
+        "ibv_ud_pingpong",
+        "-d",
+        LAB_DEVICE,
+        "-g",
+        "1",
+        "-s",
+        "512",
+        "-n",
+        "100",
+    ];
+    let mut server = Server::start(&ud, "/tmp/ch17-ud-server.log");
+    let listening = wait_until(Duration::from_secs(20), || tcp_listening(18515));
+    assert!(
+        listening,
+        "FAIL: no server on TCP 18515:\n{}",
+        server.output()
+    );
+    let mut argv = ud.to_vec();
+    argv.push("127.0.0.1");
+    let client = run_tool(&argv, 60);
+    assert_eq!(
+        client.code,
+        Some(0),
+        "FAIL: client:\n{}{}\n--- server\n{}",
+        client.stdout,
+        client.stderr,
+        server.output()
+    );
+    let code = server.finish(Duration::from_secs(30));
+    let out = server.output();
+    assert_eq!(code, Some(0), "FAIL: server:\n{out}");
+    // 512 bytes x 100 iterations x 2 directions.
+    for text in [&client.stdout, &out] {
+        assert!(text.contains("102400 bytes in "), "FAIL:\n{text}");
+        let iters = text
+            .lines()
+            .find(|l| l.starts_with("100 iters in "))
+            .unwrap_or_else(|| panic!("FAIL: no iters line:\n{text}"));
+        let usec: f64 = iters
+            .rsplit("= ")
+            .next()
+            .and_then(|v| v.strip_suffix(" usec/iter"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("FAIL: {iters}"));
+        assert!(usec > 0.0, "{iters}");
+    }
+    assert!(
+        client.stdout.contains("remote address: LID 0x0000, QPN 0x"),
+        "{}",
+        client.stdout
+    );
+}
+
+/// What one theft of section 5.5 printed: the thief's run, the victim's and the server's
+/// output, and both clients' names.
+struct Theft {
+    thief: Run,
+    thief_name: String,
+    victim: String,
+    victim_name: String,
+    server: String,
+}
+
+/// The name a client of 05_cm_event_loop connected as.
+fn client_name(out: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix("client: connecting as \""))
+        .and_then(|l| l.split('"').next())
+        .unwrap_or_else(|| panic!("FAIL: no 'connecting as' line:\n{out}"))
+        .to_string()
+}
+
+/// Chapter 5.5 on rxe0: the server (`-g`: it prints each grant; `-1`: one PD for all),
+/// a victim that keeps writing for 15 s, and a thief that WRITEs with the victim's grant
+/// on its own connection.
+fn steal_a_grant(port: &str, one_pd: bool) -> Theft {
+    let bin = examples_dir().join("05_cm_event_loop");
+    assert!(bin.is_file(), "FAIL: example {} is missing", bin.display());
+    let mut args = vec!["05_cm_event_loop", "server", "-p", port, "-n", "2", "-g"];
+    if one_pd {
+        args.push("-1");
+    }
+    let mut server = Server::start(&args, &format!("/tmp/ch05-theft-server-{port}.log"));
+    let listening = format!("server: listening on port {port}");
+    assert!(
+        wait_until(Duration::from_secs(20), || server
+            .output()
+            .contains(&listening)),
+        "FAIL: the server never listened:\n{}",
+        server.output()
+    );
+    let client = ["05_cm_event_loop", "client", "-p", port];
+    let mut victim_args = client.to_vec();
+    victim_args.extend(["-r", "300", "-d", "50", "10.0.2.15"]);
+    let mut victim = Server::start(&victim_args, &format!("/tmp/ch05-theft-victim-{port}.log"));
+    let mut grant = String::new();
+    let granted = wait_until(Duration::from_secs(30), || {
+        let out = server.output();
+        match out.lines().find(|l| l.starts_with("server: grant to \"")) {
+            Some(l) => {
+                grant = l.to_string();
+                true
+            }
+            None => false,
+        }
+    });
+    assert!(granted, "FAIL: no grant printed:\n{}", server.output());
+    // "server: grant to "NAME": addr 0x..., rkey 0x..., 128 bytes"
+    let field = |key: &str| -> String {
+        grant
+            .split(key)
+            .nth(1)
+            .and_then(|v| v.split(',').next())
+            .unwrap_or_else(|| panic!("FAIL: no {key:?} in {grant:?}"))
+            .to_string()
+    };
+    let stolen = format!("{}:{}", field("addr "), field("rkey "));
+    let mut thief_args = client.to_vec();
+    thief_args.extend(["-s", &stolen, "10.0.2.15"]);
+    let thief = run_tool(&thief_args, 60);
+    assert_eq!(
+        victim.finish(Duration::from_secs(90)),
+        Some(0),
+        "FAIL: the victim:\n{}",
+        victim.output()
+    );
+    assert_eq!(
+        server.finish(Duration::from_secs(30)),
+        Some(0),
+        "FAIL: the server:\n{}",
+        server.output()
+    );
+    let (victim, server) = (victim.output(), server.output());
+    Theft {
+        thief_name: client_name(&thief.stdout),
+        victim_name: client_name(&victim),
+        thief,
+        victim,
+        server,
+    }
+}
+
+/// Chapter 5.5: a client's grant (address, length, rkey) names an MR in that client's
+/// own PD, so another client that learnt it is refused on its own connection; with one
+/// PD for every client (the server's `-1`), the same theft succeeds. Both clients'
+/// QPs and the server's grant REMOTE_WRITE after the handshake, as rdma_cm set them.
+#[test]
+fn ch05_a_grant_is_useless_on_another_clients_connection() {
+    for (port, one_pd) in [("7475", false), ("7476", true)] {
+        let t = steal_a_grant(port, one_pd);
+        let all = format!(
+            "--- thief\n{}{}\n--- victim\n{}\n--- server\n{}",
+            t.thief.stdout, t.thief.stderr, t.victim, t.server
+        );
+        t.thief
+            .expect("client: writing with a grant taken from another connection instead\n");
+        for out in [&t.thief.stdout, &t.victim] {
+            assert!(
+                out.lines().any(|l| l.starts_with("client: QP 0x")
+                    && l.ends_with(") grants the peer: REMOTE_WRITE")),
+                "FAIL: a client's access flags:\n{all}"
+            );
+        }
+        let server_grants = t
+            .server
+            .lines()
+            .filter(|l| {
+                l.starts_with("server: QP 0x") && l.ends_with(") grants the peer: REMOTE_WRITE")
+            })
+            .count();
+        assert_eq!(server_grants, 2, "FAIL: the server's access flags:\n{all}");
+        assert!(t.victim.contains("client: 300 messages written\n"), "{all}");
+        assert!(
+            t.server.contains("server: served 2 clients, refused 0\n"),
+            "{all}"
+        );
+        // The theft happened while the victim's connection (and its MR) was open.
+        let gone = |name: &str| {
+            t.server
+                .lines()
+                .position(|l| l.starts_with(&format!("server: \"{name}\" disconnected after ")))
+                .unwrap_or_else(|| panic!("FAIL: {name} never disconnected:\n{all}"))
+        };
+        assert!(
+            gone(&t.thief_name) < gone(&t.victim_name),
+            "FAIL: the victim left before the thief wrote:\n{all}"
+        );
+        let victim_line = format!(
+            "server: \"{}\" disconnected after 300 messages",
+            t.victim_name
+        );
+        assert!(t.server.contains(&victim_line), "{all}");
+        if one_pd {
+            // One PD: the victim's rkey works on the thief's QP; the thief's own buffer
+            // at the server stays empty, its WRITE landed in the victim's.
+            assert_eq!(t.thief.code, Some(0), "FAIL: one PD, the theft:\n{all}");
+            t.thief.expect("client: WRITE and SEND completed\n");
+            assert!(
+                t.server
+                    .contains(&format!("server: \"{}\" wrote: \"\"\n", t.thief_name)),
+                "FAIL: one PD:\n{all}"
+            );
+        } else {
+            // A PD per client: the server's device refuses the WRITE.
+            assert_eq!(t.thief.code, Some(1), "FAIL: a PD per client:\n{all}");
+            t.thief
+                .expect("client: message 1: WRITE completed with IBV_WC_REM_ACCESS_ERR\n");
+            let thief_line = format!("server: \"{}\" disconnected after 0 messages", t.thief_name);
+            assert!(t.server.contains(&thief_line), "{all}");
+        }
+    }
+}
+
 #[test]
 fn ch17_rdmactl_answers_the_same_questions() {
     let r = run_sh("rdmactl explain retry_exceeded_err");
@@ -692,6 +1248,22 @@ const TRIAGE_ON_RXE: &[(&str, &[&str])] = &[
         "access: RDMA WRITE to B",
         &["A: IBV_WC_REM_INV_REQ_ERR; A's QP ERR"],
     ),
+];
+
+/// ibv_devinfo -v, port 1 of the lab's rxe0: the lines chapter 17 reads first.
+const DEVINFO_PORT: &[(&str, &str)] = &[
+    ("state", "PORT_ACTIVE (4)"),
+    ("phys_state", "LINK_UP (5)"),
+    ("active_mtu", "1024 (3)"),
+    ("link_layer", "Ethernet"),
+];
+
+/// Port counters chapter 17's triage names, as `rdma statistic show` prints them.
+const PORT_COUNTERS_QUOTED: &[&str] = &[
+    "rcvd_pkts",
+    "retry_exceeded_err",
+    "duplicate_request",
+    "out_of_seq_request",
 ];
 
 const EXPLAIN_LINES: &[&str] = &["retry_exceeded_err"];
