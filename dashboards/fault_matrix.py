@@ -392,11 +392,18 @@ class Matrix:
             f.row["notes_default"] = len(default)
             # One per culprit; none for a fault below the thresholds that named none.
             want = 1 if f.row["culprits"] or f.row["detectable"] else 0
+            # The firing alerts of each notification must be about the fault's hosts; a
+            # notification also carries the group's alerts resolved since its last one (a
+            # route grouped by alertname: the previous fault's RdmaPathDown), which are not.
+            resolved = sorted({show(key_of(a["labels"])) for n in culprit for a in n["alerts"]
+                               if a.get("status") != "firing"})
             ok = len(culprit) == want and all(
-                about(key_of(a["labels"])) <= set(f.touched) for n in culprit for a in n["alerts"])
+                about(key_of(a["labels"])) <= set(f.touched)
+                for n in culprit for a in n["alerts"] if a.get("status") == "firing")
             self.run.check(f"matrix-{f.name}-one-notification", ok,
                            f"{len(culprit)} firing notification(s) (want {want}) to the culprit receivers: "
                            + ("; ".join(f"{n['receiver']} {firing(n)}" for n in culprit) or "none")
+                           + f" (resolved alerts in them: {resolved or 'none'})"
                            + f"; to the default receiver: {len(default)} "
                            + ("; ".join(f"{firing(n)}" for n in default)))
 
