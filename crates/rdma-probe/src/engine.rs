@@ -40,7 +40,8 @@
 //!
 //! The peers are discovered again every interval ([`crate::discovery`]: static, DNS, file)
 //! on a thread of its own, so a DNS server that does not answer never holds a round; each
-//! round takes the newest answer (the first round waits for the first): new peers are added, gone ones dropped with their results (their series vanish), and the
+//! round takes the newest answer (the first round waits for the first): new peers are
+//! added, gone ones dropped with their results (their series vanish), and the
 //! [`crate::pinglist`] planner picks the peers of the round (a full mesh up to `mesh_max`).
 //! Above `mesh_max` the connections of peers not planned in a round are closed, so the QPs
 //! held stay bounded by the plan. A peer whose handshake shows this engine's own GID is

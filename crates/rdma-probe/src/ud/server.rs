@@ -21,21 +21,24 @@ struct Server<'a> {
     in_flight: usize,
     next_send: usize,
     wcs: Vec<WorkCompletion>,
+    /// The thread's CPU time, flushed to the shared stats every 16 sleeps.
+    meter: CpuMeter,
+    sleeps: u32,
 }
 
 pub(super) fn serve(shared: &Shared, verbs: Verbs, jobs: mpsc::Receiver<Job>) {
-    let mut meter = CpuMeter::start();
     let mut s = Server {
         shared,
         verbs,
         in_flight: 0,
         next_send: 0,
         wcs: Vec::with_capacity(32),
+        meter: CpuMeter::start(),
+        sleeps: 0,
     };
     let mut active: Vec<Active> = Vec::with_capacity(MAX_ACTIVE_JOBS);
     // When the loop last found nothing to do after some work (None while busy).
     let mut idle_since: Option<Instant> = None;
-    let mut flushes = 0u32;
     let mut idle_spins = 0u32;
     while !shared.stop.load(Ordering::Relaxed) {
         let mut busy = s.poll_sends();
@@ -78,12 +81,7 @@ pub(super) fn serve(shared: &Shared, verbs: Verbs, jobs: mpsc::Receiver<Job>) {
                 // sleep on the completion channel until a datagram comes or the first
                 // timeout is due, instead of holding the CPU for the whole reply timeout,
                 // which on a small host slows every other pair's probes and replies.
-                if !s.sleep_on_recvs(&mut active, sleep) {
-                    flushes = flushes.wrapping_add(1);
-                    if flushes.is_multiple_of(16) {
-                        meter.flush(&shared.stats.cpu_ns);
-                    }
-                }
+                s.sleep_on_recvs(&mut active, sleep);
             } else if all_late {
                 // Every reply this late: let the other threads (maybe the responder) run.
                 std::thread::yield_now();
@@ -109,11 +107,6 @@ pub(super) fn serve(shared: &Shared, verbs: Verbs, jobs: mpsc::Receiver<Job>) {
         // Idle: sleep on the completion channel.
         if s.sleep_on_recvs(&mut active, IDLE_WAIT) {
             (idle_since, idle_spins) = (None, 0);
-            continue;
-        }
-        flushes = flushes.wrapping_add(1);
-        if flushes.is_multiple_of(16) {
-            meter.flush(&shared.stats.cpu_ns);
         }
     }
     for mut a in active {
@@ -123,7 +116,7 @@ pub(super) fn serve(shared: &Shared, verbs: Verbs, jobs: mpsc::Receiver<Job>) {
         ));
         s.finish(a);
     }
-    meter.flush(&shared.stats.cpu_ns);
+    s.meter.flush(&shared.stats.cpu_ns);
 }
 
 impl Active {
@@ -142,16 +135,19 @@ impl Active {
 impl Server<'_> {
     /// Arm the receive CQ and sleep on its channel up to `limit`, after one more poll so a
     /// datagram that came in between is not left waiting; true when that poll found one
-    /// (no sleep).
+    /// (no sleep). Every 16th sleep flushes the thread's CPU time.
     fn sleep_on_recvs(&mut self, active: &mut [Active], limit: Duration) -> bool {
         if self.verbs.recv_cq.req_notify(false).is_err() {
             std::thread::sleep(limit);
-            return false;
-        }
-        if self.poll_recvs(active) {
+        } else if self.poll_recvs(active) {
             return true;
+        } else {
+            let _ = self.verbs.recv_cq.wait(limit);
         }
-        let _ = self.verbs.recv_cq.wait(limit);
+        self.sleeps = self.sleeps.wrapping_add(1);
+        if self.sleeps.is_multiple_of(16) {
+            self.meter.flush(&self.shared.stats.cpu_ns);
+        }
         false
     }
 
