@@ -4,7 +4,6 @@
 use std::io::Read;
 use std::path::Path;
 use std::process::Child;
-use std::time::Duration;
 
 mod common;
 
@@ -91,15 +90,7 @@ fn http_endpoints_and_content_negotiation() {
 /// headers; the body as bytes, as sent (this client decodes no compression: ureq without its
 /// gzip feature, so `content-encoding` and `content-length` are the server's).
 fn get_bytes(address: &str, path: &str, headers: &[(&str, &str)]) -> (String, String, Vec<u8>) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(30)))
-        .http_status_as_error(false)
-        .proxy(None)
-        // No Accept unless the test sends one (ureq's default is `*/*`).
-        .accept("")
-        .build()
-        .into();
-    let mut request = agent.get(format!("http://{address}{path}"));
+    let mut request = live_tests::http_agent().get(format!("http://{address}{path}"));
     for (k, v) in headers {
         request = request.header(*k, *v);
     }

@@ -4,6 +4,9 @@
 //! rdma-experiments and rdmakit's nldev parsers spell a code the same way without the verbs
 //! layer or the tracer depending on rdmakit's sources. Unknown codes give `None`; each caller
 //! keeps its own placeholder for them.
+//!
+//! [`code_names!`] declares, once for every crate, the types whose values have names: verbs
+//! codes with an `Unknown` catch-all, nldev's `u8` codes, closed sets spelled one way.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -15,6 +18,8 @@
     target_arch = "sparc64"
 ))]
 compile_error!("rdma-uapi's errno table is asm-generic's; this architecture has its own errno.h");
+
+mod code_names;
 
 /// `enum ib_qp_state` (= `ibv_qp_state`, = nldev `RES_STATE` on QPs), indexed by code, in the
 /// spelling of rdma-core and iproute2.

@@ -2,7 +2,8 @@
 //!
 //! sideway converts these with `panic!` on values it does not know; here conversion is total:
 //! `from_raw` never fails, `raw()` gives the code back, `name()` is the rdma-core spelling.
-//! All of them serialize as their display string (`"ACTIVE"`, `"unknown (9)"`).
+//! All of them serialize as their display string (`"ACTIVE"`, `"unknown (9)"`). Declared with
+//! rdma-uapi's `code_names!` (the shape with a catch-all), as rdmakit declares its own.
 use rdma_mummy_sys::{
     ibv_atomic_cap, ibv_mtu, ibv_node_type, ibv_port_state, ibv_qp_state, ibv_transport_type,
     ibv_wc_opcode, ibv_wc_status,
@@ -11,70 +12,9 @@ use rdma_mummy_sys::{
 // The state names are declared once, in rdma-uapi (shared with the nldev parsers and the tracer).
 use rdma_uapi::{PHYS_STATE_NAMES as PHYS, PORT_STATE_VERBS_NAMES as PORT, QP_STATE_NAMES as QP};
 
-/// Defines a code enum: known variants, `Unknown(raw)`, conversions, `Display`, `Serialize`.
-macro_rules! code_enum {
-    (
-        $(#[$meta:meta])*
-        $name:ident : $raw:ty {
-            $( $(#[$vmeta:meta])* $var:ident = $val:expr => $text:expr ),* $(,)?
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        #[non_exhaustive]
-        pub enum $name {
-            $( $(#[$vmeta])* $var, )*
-            /// A code this layer does not know (kept, never a panic).
-            Unknown($raw),
-        }
-
-        impl $name {
-            /// Every known variant, in code order.
-            pub const ALL: &'static [$name] = &[$($name::$var),*];
-
-            /// Convert a raw code; codes this layer does not know become `Unknown`.
-            pub fn from_raw(raw: $raw) -> Self {
-                $( if raw == $val { return $name::$var; } )*
-                $name::Unknown(raw)
-            }
-
-            /// The raw code.
-            pub fn raw(self) -> $raw {
-                match self {
-                    $( $name::$var => $val, )*
-                    $name::Unknown(raw) => raw,
-                }
-            }
-
-            /// The name as rdma-core spells it (`"unknown"` for unknown codes).
-            pub fn name(self) -> &'static str {
-                match self {
-                    $( $name::$var => $text, )*
-                    $name::Unknown(_) => "unknown",
-                }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                match self {
-                    $name::Unknown(raw) => write!(f, "unknown ({raw})"),
-                    known => f.write_str(known.name()),
-                }
-            }
-        }
-
-        impl serde::Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
-        }
-    };
-}
-
-code_enum! {
+rdma_uapi::code_names! {
     /// What kind of node a device is (`ibv_node_type`).
-    NodeType: i32 {
+    pub enum NodeType: i32 {
         /// InfiniBand channel adapter (also RoCE and Soft-RoCE devices).
         Ca = ibv_node_type::IBV_NODE_CA => "CA",
         /// Switch.
@@ -92,9 +32,9 @@ code_enum! {
     }
 }
 
-code_enum! {
+rdma_uapi::code_names! {
     /// The transport of a device (`ibv_transport_type`). RoCE and Soft-RoCE report InfiniBand.
-    Transport: i32 {
+    pub enum Transport: i32 {
         /// InfiniBand transport (IB, RoCE, rxe).
         InfiniBand = ibv_transport_type::IBV_TRANSPORT_IB => "InfiniBand",
         /// iWARP.
@@ -108,9 +48,9 @@ code_enum! {
     }
 }
 
-code_enum! {
+rdma_uapi::code_names! {
     /// Logical port state (`ibv_port_state`).
-    PortState: u32 {
+    pub enum PortState: u32 {
         /// No state change.
         Nop = ibv_port_state::IBV_PORT_NOP => PORT[0],
         /// Link down.
@@ -126,9 +66,9 @@ code_enum! {
     }
 }
 
-code_enum! {
+rdma_uapi::code_names! {
     /// Physical port state (`phys_state`, IBTA PortPhysicalState).
-    PhysState: u8 {
+    pub enum PhysState: u8 {
         /// Sleep.
         Sleep = 1 => PHYS[0],
         /// Polling for a peer.
@@ -146,9 +86,9 @@ code_enum! {
     }
 }
 
-code_enum! {
+rdma_uapi::code_names! {
     /// An IB MTU code (`ibv_mtu`): the RDMA payload size per packet.
-    Mtu: u32 {
+    pub enum Mtu: u32 {
         /// 256 bytes.
         Mtu256 = ibv_mtu::IBV_MTU_256 => "256",
         /// 512 bytes.
@@ -172,9 +112,9 @@ impl Mtu {
     }
 }
 
-code_enum! {
+rdma_uapi::code_names! {
     /// Link layer of a port.
-    LinkLayer: u8 {
+    pub enum LinkLayer: u8 {
         /// Not reported (old kernels; means InfiniBand).
         Unspecified = 0 => "Unspecified",
         /// InfiniBand.
@@ -184,9 +124,9 @@ code_enum! {
     }
 }
 
-code_enum! {
+rdma_uapi::code_names! {
     /// GID type (`ibv_gid_type`).
-    GidType: u32 {
+    pub enum GidType: u32 {
         /// InfiniBand GID.
         Ib = rdma_mummy_sys::IBV_GID_TYPE_IB => "IB",
         /// RoCE v1 (Ethernet, EtherType 0x8915).
@@ -196,9 +136,9 @@ code_enum! {
     }
 }
 
-code_enum! {
+rdma_uapi::code_names! {
     /// Atomic operation support (`ibv_atomic_cap`).
-    AtomicCap: u32 {
+    pub enum AtomicCap: u32 {
         /// No atomics.
         None = ibv_atomic_cap::IBV_ATOMIC_NONE => "ATOMIC_NONE",
         /// Atomic between QPs of this device only.
@@ -208,9 +148,9 @@ code_enum! {
     }
 }
 
-code_enum! {
+rdma_uapi::code_names! {
     /// Queue pair state (`ibv_qp_state`).
-    QpState: u32 {
+    pub enum QpState: u32 {
         /// Just created, or reset.
         Reset = ibv_qp_state::IBV_QPS_RESET => QP[0],
         /// Initialised: port, pkey and access flags set; receives may be posted.
@@ -228,9 +168,9 @@ code_enum! {
     }
 }
 
-code_enum! {
+rdma_uapi::code_names! {
     /// Work completion status (`ibv_wc_status`): all `IBV_WC_*` values of rdma-core.
-    WcStatus: u32 {
+    pub enum WcStatus: u32 {
         /// Success.
         Success = ibv_wc_status::IBV_WC_SUCCESS => "SUCCESS",
         /// Local length error: a receive buffer was too small, or a send too long.
@@ -297,9 +237,9 @@ impl WcStatus {
     }
 }
 
-code_enum! {
+rdma_uapi::code_names! {
     /// Work completion opcode (`ibv_wc_opcode`). Only valid on successful completions.
-    WcOpcode: u32 {
+    pub enum WcOpcode: u32 {
         /// SEND completed (send side).
         Send = ibv_wc_opcode::IBV_WC_SEND => "SEND",
         /// RDMA WRITE completed.
@@ -343,9 +283,9 @@ code_enum! {
     }
 }
 
-code_enum! {
+rdma_uapi::code_names! {
     /// Asynchronous event type (`ibv_event_type`).
-    AsyncEventType: u32 {
+    pub enum AsyncEventType: u32 {
         /// CQ overrun or CQ error.
         CqErr = 0 => "CQ_ERR",
         /// QP fatal error.

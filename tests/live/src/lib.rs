@@ -387,17 +387,24 @@ impl HttpResponse {
     }
 }
 
-/// `GET PATH` from `127.0.0.1:PORT` over HTTP/1.1 (no proxy, no `Accept`, 30 s timeout),
-/// with the workspace's HTTP client (ureq): any status is an answer, not an error.
-pub fn http_get(port: u16, path: &str) -> std::io::Result<HttpResponse> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+/// The plain HTTP client of the tests against rdmad (this suite's and rdmad's own
+/// `tests/http.rs`): 30 s for a whole request, any status an answer rather than an error, no
+/// proxy from the environment, no `Accept` unless the request sends one (ureq's default is
+/// `*/*`), no decompression (ureq without its gzip feature).
+pub fn http_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(30)))
         .http_status_as_error(false)
         .proxy(None)
         .accept("")
         .build()
-        .into();
-    let mut response = agent
+        .into()
+}
+
+/// `GET PATH` from `127.0.0.1:PORT` over HTTP/1.1 (no proxy, no `Accept`, 30 s timeout),
+/// with the workspace's HTTP client (ureq): any status is an answer, not an error.
+pub fn http_get(port: u16, path: &str) -> std::io::Result<HttpResponse> {
+    let mut response = http_agent()
         .get(format!("http://127.0.0.1:{port}{path}"))
         .call()
         .map_err(std::io::Error::other)?;

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 
 const TIME_LIMIT: Duration = Duration::from_secs(120);
 
+/// ibv_ud_pingpong on the lab's device with GID index 1: the arguments every UD run of these
+/// tests starts with (its server and its client must agree on them).
+const UD_PINGPONG: [&str; 5] = ["ibv_ud_pingpong", "-d", LAB_DEVICE, "-g", "1"];
+
 fn examples_dir() -> PathBuf {
     std::env::var_os("LESSONS_EXAMPLES_DIR")
         .map(PathBuf::from)
@@ -834,17 +838,7 @@ fn ch17_rdma_statistic_qp_on_rxe() {
     // A QP that exists: ibv_ud_pingpong's server creates its UD QP (to INIT, with the
     // port: the moment the kernel binds a counter in auto mode) before it waits on TCP.
     let mut server = Server::start(
-        &[
-            "ibv_ud_pingpong",
-            "-d",
-            LAB_DEVICE,
-            "-g",
-            "1",
-            "-s",
-            "512",
-            "-p",
-            "18517",
-        ],
+        &[&UD_PINGPONG[..], &["-s", "512", "-p", "18517"]].concat(),
         "/tmp/ch17-statqp-server.log",
     );
     let mut qps = String::new();
@@ -951,15 +945,7 @@ fn ch17_ibv_ud_pingpong_fits_the_mtu() {
     // The lab's rdma-core 44: a server alone with the default 2048 bytes (more than the
     // MTU) is not refused up front; it listens and waits for a client.
     let mut big = Server::start(
-        &[
-            "ibv_ud_pingpong",
-            "-d",
-            LAB_DEVICE,
-            "-g",
-            "1",
-            "-p",
-            "18518",
-        ],
+        &[&UD_PINGPONG[..], &["-p", "18518"]].concat(),
         "/tmp/ch17-ud-big.log",
     );
     assert!(
@@ -974,17 +960,9 @@ fn ch17_ibv_ud_pingpong_fits_the_mtu() {
     );
     let _ = big.child.kill();
     drop(big);
-    let ud = [
-        "ibv_ud_pingpong",
-        "-d",
-        LAB_DEVICE,
-        "-g",
-        "1",
-        "-s",
-        "512",
-        "-n",
-        "100",
-    ];
+    // The server and the client of one exchange: the same arguments, the client's ending
+    // with the server's address.
+    let ud = [&UD_PINGPONG[..], &["-s", "512", "-n", "100"]].concat();
     let mut server = Server::start(&ud, "/tmp/ch17-ud-server.log");
     let listening = wait_until(Duration::from_secs(20), || tcp_listening(18515));
     assert!(
@@ -992,7 +970,7 @@ fn ch17_ibv_ud_pingpong_fits_the_mtu() {
         "FAIL: no server on TCP 18515:\n{}",
         server.output()
     );
-    let mut argv = ud.to_vec();
+    let mut argv = ud.clone();
     argv.push("127.0.0.1");
     let client = run_tool(&argv, 60);
     assert_eq!(

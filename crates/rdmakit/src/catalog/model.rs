@@ -3,61 +3,12 @@
 //! which experiment or lesson chapter shows the counter).
 //!
 //! Every closed set knows its own spelling in the TOML files (`as_str`) and parses it back
-//! (`parse`), so the loader can name the allowed values when a file uses a wrong one.
+//! (`parse`), so the loader can name the allowed values when a file uses a wrong one
+//! (rdma-uapi's `code_names!`, the closed-set shape).
 
 use serde::Serialize;
 
-/// Declares a closed set of values spelled one way in the TOML files and in JSON output.
-macro_rules! spelled_enum {
-    (
-        $(#[$meta:meta])*
-        pub enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident => $text:literal ),+ $(,)? }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum $name { $( $(#[$vmeta])* $variant ),+ }
-
-        impl $name {
-            /// Every value, in declaration order.
-            pub const ALL: &'static [$name] = &[ $( $name::$variant ),+ ];
-            /// Every spelling accepted in the catalog files, in declaration order.
-            pub const NAMES: &'static [&'static str] = &[ $( $text ),+ ];
-
-            /// The spelling used in the catalog files and in JSON output.
-            pub fn as_str(self) -> &'static str {
-                match self { $( $name::$variant => $text ),+ }
-            }
-
-            /// Parses the catalog spelling; `None` for anything else.
-            pub fn parse(text: &str) -> Option<Self> {
-                match text { $( $text => Some($name::$variant), )+ _ => None }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.as_str())
-            }
-        }
-
-        impl<'de> serde::Deserialize<'de> for $name {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-                $name::parse(&text).ok_or_else(|| {
-                    serde::de::Error::unknown_variant(&text, $name::NAMES)
-                })
-            }
-        }
-    };
-}
-
-spelled_enum! {
+crate::uapi::code_names! {
     /// What one step of a counter's value stands for: the one unit type of the workspace
     /// (catalog entries, [`crate::model::Counter`], the faces' conversions).
     pub enum Unit {
@@ -147,7 +98,7 @@ impl Unit {
     }
 }
 
-spelled_enum! {
+crate::uapi::code_names! {
     /// Whether the value only grows (until it wraps or saturates) or goes up and down: the
     /// one kind type of the workspace (catalog entries, `rdmakit::model::CounterKind`,
     /// rdmad's metric families). A counter file is a counter or a gauge; info and histogram
@@ -204,7 +155,7 @@ impl Kind {
     }
 }
 
-spelled_enum! {
+crate::uapi::code_names! {
     /// What a counter does when it reaches its maximum.
     pub enum Overflow {
         /// Starts again from zero; a reader must handle the wrap when computing rates.
@@ -214,7 +165,7 @@ spelled_enum! {
     }
 }
 
-spelled_enum! {
+crate::uapi::code_names! {
     /// How worried a reader should be when a counter moves.
     pub enum Severity {
         /// Normal traffic or bookkeeping.
@@ -226,7 +177,7 @@ spelled_enum! {
     }
 }
 
-spelled_enum! {
+crate::uapi::code_names! {
     /// Where the value is read under `/sys/class/infiniband/<dev>/`.
     pub enum Location {
         /// `ports/<n>/counters/`: the InfiniBand PMA port counters.
@@ -261,7 +212,7 @@ impl Location {
     }
 }
 
-spelled_enum! {
+crate::uapi::code_names! {
     /// The rdmactl experiments (`rdmactl experiment run NAME`): the one list of their names,
     /// titles and chapters. rdma-experiments declares the verbs ones (all but `wire`, which
     /// rdmactl implements on the tracer); a counter can point to any of them.
@@ -337,7 +288,7 @@ impl Experiment {
     }
 }
 
-spelled_enum! {
+crate::uapi::code_names! {
     /// The course chapters a counter can point to.
     pub enum Lesson {
         /// Chapter 1.

@@ -43,85 +43,54 @@ impl<T> Serialize for Secret<T> {
     }
 }
 
-/// Declare a u8-coded kernel enumeration that serializes as its iproute2 name.
-macro_rules! named_u8 {
-    ($(#[$meta:meta])* $name:ident, $unknown:expr, [$($value:expr => $text:expr),* $(,)?]) => {
-        named_u8!($(#[$meta])* $name, $unknown, |code: u8| match code {
-            $($value => Some($text),)*
-            _ => None,
-        });
-    };
-    ($(#[$meta:meta])* $name:ident, $unknown:expr, $lookup:expr) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub struct $name(pub u8);
-
-        impl $name {
-            /// The name iproute2 prints for this value.
-            pub fn name(self) -> &'static str {
-                #[allow(clippy::redundant_closure_call)]
-                ($lookup)(self.0).unwrap_or($unknown)
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.name())
-            }
-        }
-    };
-}
-
-named_u8!(
+// Kernel enumerations with the names iproute2 prints (rdma-uapi's `code_names!`).
+crate::uapi::code_names! {
     /// QP type (`RES_TYPE`): `RC`, `UD`, `GSI`, ...
-    QpType, "UNKNOWN",
-    [0 => "SMI", 1 => "GSI", 2 => "RC", 3 => "UC", 4 => "UD", 5 => "RAW_IPV6",
-     6 => "RAW_ETHERTYPE", 8 => "RAW_PACKET", 9 => "XRC_INI", 10 => "XRC_TGT", 0xff => "DRIVER"]
-);
-named_u8!(
+    pub struct QpType(u8) else "UNKNOWN" {
+        0 => "SMI", 1 => "GSI", 2 => "RC", 3 => "UC", 4 => "UD", 5 => "RAW_IPV6",
+        6 => "RAW_ETHERTYPE", 8 => "RAW_PACKET", 9 => "XRC_INI", 10 => "XRC_TGT", 0xff => "DRIVER",
+    }
+}
+crate::uapi::code_names! {
     /// QP state (`RES_STATE` on QPs): `RESET` .. `ERR`.
-    QpState, "UNKNOWN",
-    |code: u8| crate::uapi::qp_state_name(code.into())
-);
-named_u8!(
+    pub struct QpState(u8) else "UNKNOWN" =
+        |code: u8| crate::uapi::qp_state_name(code.into());
+}
+crate::uapi::code_names! {
     /// Path migration state.
-    PathMigState, "UNKNOWN",
-    [0 => "MIGRATED", 1 => "REARM", 2 => "ARMED"]
-);
-named_u8!(
+    pub struct PathMigState(u8) else "UNKNOWN" { 0 => "MIGRATED", 1 => "REARM", 2 => "ARMED" }
+}
+crate::uapi::code_names! {
     /// RDMA CM identifier state (`RES_STATE` on CM IDs).
-    CmState, "UNKNOWN",
-    [0 => "IDLE", 1 => "ADDR_QUERY", 2 => "ADDR_RESOLVED", 3 => "ROUTE_QUERY",
-     4 => "ROUTE_RESOLVED", 5 => "CONNECT", 6 => "DISCONNECT", 7 => "ADDR_BOUND",
-     8 => "LISTEN", 9 => "DEVICE_REMOVAL", 10 => "DESTROYING"]
-);
-named_u8!(
+    pub struct CmState(u8) else "UNKNOWN" {
+        0 => "IDLE", 1 => "ADDR_QUERY", 2 => "ADDR_RESOLVED", 3 => "ROUTE_QUERY",
+        4 => "ROUTE_RESOLVED", 5 => "CONNECT", 6 => "DISCONNECT", 7 => "ADDR_BOUND",
+        8 => "LISTEN", 9 => "DEVICE_REMOVAL", 10 => "DESTROYING",
+    }
+}
+crate::uapi::code_names! {
     /// CQ poll context.
-    PollCtx, "UNKNOWN",
-    [0 => "DIRECT", 1 => "SOFTIRQ", 2 => "WORKQUEUE", 3 => "UNBOUND_WORKQUEUE"]
-);
-named_u8!(
+    pub struct PollCtx(u8) else "UNKNOWN" {
+        0 => "DIRECT", 1 => "SOFTIRQ", 2 => "WORKQUEUE", 3 => "UNBOUND_WORKQUEUE",
+    }
+}
+crate::uapi::code_names! {
     /// Node type (`DEV_NODE_TYPE`), iproute2 spelling.
-    NodeType, "unknown",
-    [1 => "ca", 2 => "switch", 3 => "router", 4 => "rnic", 5 => "usnic", 6 => "usnic_udp",
-     7 => "unspecified"]
-);
-named_u8!(
+    pub struct NodeType(u8) else "unknown" {
+        1 => "ca", 2 => "switch", 3 => "router", 4 => "rnic", 5 => "usnic", 6 => "usnic_udp",
+        7 => "unspecified",
+    }
+}
+crate::uapi::code_names! {
     /// Logical port state.
-    PortState, "UNKNOWN",
-    |code: u8| crate::uapi::port_state_name(code.into())
-);
-named_u8!(
+    pub struct PortState(u8) else "UNKNOWN" =
+        |code: u8| crate::uapi::port_state_name(code.into());
+}
+crate::uapi::code_names! {
     /// Physical port state.
-    PhysState, "UNKNOWN",
-    |code: u8| crate::uapi::phys_state_name(code.into())
-);
+    pub struct PhysState(u8) else "UNKNOWN" =
+        |code: u8| crate::uapi::phys_state_name(code.into());
+}
 
 /// Format a host-order GUID the way the kernel and iproute2 print it (`5054:00ff:fe12:3456`).
 pub fn format_guid(guid: u64) -> String {
