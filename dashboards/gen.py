@@ -579,7 +579,13 @@ def probes():
 # targets most of whose probers fail (raw), then the probers that fail to most targets
 # leaving those targets out, then the targets again leaving those probers out. A failing
 # pair that neither end explains is a path. Windows are 30 s (15 scrapes at 2 s) so alerts
-# resolve within a minute of the fault's end.
+# resolve within a minute of the fault's end. "Half of its counterparts" depends on the
+# fault: a layer fault (agent, host, rdma) is a status every pair keeps between runs, so it
+# counts against all of the host's pairs; a loss fault exists only for the pairs probed in
+# the window, so it counts against those. On a full mesh every pair is probed every round and
+# both are the same; above --probe.mesh-max a cross-rack pair is probed once per planner
+# cycle (304 s at 10,000 hosts), and against all pairs a lossy host's 30 s of evidence would
+# never be a majority.
 # The thresholds: dashboards/pingmesh.toml, which `rdmactl mesh` reads too.
 MESH = tomllib.loads((ROOT / "dashboards/pingmesh.toml").read_text())
 MESH_LOSS_RATIO = MESH["loss_ratio"]
@@ -609,6 +615,24 @@ def fault_view(request, reply):
 def majority(count, total, by):
     return (f"({count} >= {MESH_MIN_COUNTERPARTS})\nand ({count} * 2 > on ({by}) group_left () "
             f"{total})")
+
+
+def per_fault(name, by, unless=""):
+    """The counterparts a fault counts against (see above): `name`_any counts every pair, for
+    the layer faults; `name`_probed the pairs probed in the loss window, for the loss faults;
+    `name` is both as one series per fault (from the two small per-host counts, so that the
+    pairs are counted once each per evaluation)."""
+    tail = f" {unless}" if unless else ""
+    level, rest = name.split(":", 1)[1].split(":", 1) if name.count(":") == 2 else (name.split(":", 1)[1], "")
+    suffix = f":{rest}" if rest else ""
+    anyn, probed = f"rdma:{level}_any{suffix}", f"rdma:{level}_probed{suffix}"
+    legs = [f'label_replace({anyn}, "fault", "{f}", "", "")' for f in ("agent", "host", "rdma")]
+    legs += [f'label_replace({probed}, "fault", "{f}", "", "")' for f in ("ingress", "egress")]
+    return [
+        (anyn, f"count by ({by}) (rdma:probe_pair_status{tail})"),
+        (probed, f"count by ({by}) (rdma:probe_pair_loss:ratio{MESH_WINDOW}{tail})"),
+        (name, "\nor ".join(legs)),
+    ]
 
 
 def as_label(expr, new, old):
@@ -659,24 +683,22 @@ PAIR_RULES = [
     ("rdma:probe_pair_fault:target_view", fault_view("ingress", "egress")),
     ("rdma:probe_pair_fault:prober_view", fault_view("egress", "ingress")),
     # Pass 1: targets most of whose probers see the same fault.
-    ("rdma:probe_target_pairs:all", "count by (job, target) (rdma:probe_pair_status)"),
+    *per_fault("rdma:probe_target_pairs:all", "job, target"),
     ("rdma:probe_target_fault:all", "count by (job, target, fault) (rdma:probe_pair_fault:target_view)"),
     ("rdma:probe_target_culprit:raw",
-     majority("rdma:probe_target_fault:all", "rdma:probe_target_pairs:all", "job, target")),
+     majority("rdma:probe_target_fault:all", "rdma:probe_target_pairs:all", "job, target, fault")),
     # Pass 2: probers failing to most of their targets, those targets left out.
-    ("rdma:probe_prober_pairs",
-     "count by (job, prober) (rdma:probe_pair_status unless on (job, target) rdma:probe_target_culprit:raw)"),
+    *per_fault("rdma:probe_prober_pairs", "job, prober", "unless on (job, target) rdma:probe_target_culprit:raw"),
     ("rdma:probe_prober_fault",
      "count by (job, prober, fault) (\n  rdma:probe_pair_fault:prober_view\n"
      "  unless on (job, target) rdma:probe_target_culprit:raw\n)"),
-    ("rdma:probe_prober_culprit", majority("rdma:probe_prober_fault", "rdma:probe_prober_pairs", "job, prober")),
+    ("rdma:probe_prober_culprit", majority("rdma:probe_prober_fault", "rdma:probe_prober_pairs", "job, prober, fault")),
     # Pass 3: targets again, the culprit probers left out.
-    ("rdma:probe_target_pairs",
-     "count by (job, target) (rdma:probe_pair_status unless on (job, prober) rdma:probe_prober_culprit)"),
+    *per_fault("rdma:probe_target_pairs", "job, target", "unless on (job, prober) rdma:probe_prober_culprit"),
     ("rdma:probe_target_fault",
      "count by (job, target, fault) (\n  rdma:probe_pair_fault:target_view\n"
      "  unless on (job, prober) rdma:probe_prober_culprit\n)"),
-    ("rdma:probe_target_culprit", majority("rdma:probe_target_fault", "rdma:probe_target_pairs", "job, target")),
+    ("rdma:probe_target_culprit", majority("rdma:probe_target_fault", "rdma:probe_target_pairs", "job, target, fault")),
     # One series per culprit host and fault (value: how many counterparts see it). `a` and
     # `b` repeat the host so that Alertmanager's equal-label inhibition matches the path
     # alerts (a, b) with either end. A host its counterparts blame is named by their view

@@ -36,8 +36,11 @@
 //!
 //! The full mesh is 6 series per kept pair (about 3 M series at 1,000 hosts, 301 M at
 //! 10,000: printed as "full"). The rules only ever name a host whose failing pairs are at
-//! least 2 and more than half of its pairs in one role (target or prober), and only pairs
-//! touching an injected host can fail here ("faultable" pairs). So, from the planner's exact
+//! least 2 and more than half of its pairs in one role (target or prober; for a loss fault,
+//! of its pairs probed in the loss window), and only pairs touching an injected host can fail
+//! here ("faultable" pairs). Scenario A's lossy host has every pair evaluated and every other
+//! host at most one faultable pair per role, so the loss counts need nothing more; the
+//! layer faults of B count against all pairs, as below. So, from the planner's exact
 //! pair sets and counting only (no rule is consulted), in the rules' own three stages:
 //!
 //! 1. RC: hosts whose faultable pairs as target are >= 2 and more than half of their target

@@ -417,3 +417,52 @@ fn bad_arguments_are_errors() {
     .unwrap_err();
     assert!(e.to_string().contains("ADDR=NAME"), "{e}");
 }
+
+/// Above --probe.mesh-max a pair is probed once per planner cycle, longer than the loss
+/// window: a host's loss counts against its pairs probed in the window, its layer faults
+/// (a status every pair keeps) against all of them.
+#[test]
+fn loss_on_a_sampled_mesh_counts_the_pairs_probed_in_the_window() {
+    let hosts: Vec<String> = (1..=16).map(|k| format!("h{k}")).collect();
+    let t = thresholds().unwrap();
+    // h16 loses 30% of what it sends; a pair was probed in the window when its two hosts'
+    // numbers add up to a multiple of 4 (a quarter of the pairs), else it has a status only.
+    let pairs = |status_of_h16: u8| -> Vec<Pair> {
+        let mut out = Vec::new();
+        for (i, p) in hosts.iter().enumerate() {
+            for (j, q) in hosts.iter().enumerate() {
+                if p == q {
+                    continue;
+                }
+                let probed = (i + j) % 4 == 0;
+                let (req, rep) = match (p.as_str(), q.as_str()) {
+                    ("h16", _) => (0.3, 0.0),
+                    (_, "h16") => (0.0, 0.3),
+                    _ => (0.0, 0.0),
+                };
+                let status = if q == "h16" { status_of_h16 } else { 0 };
+                out.push(Pair {
+                    prober: p.clone(),
+                    target: q.clone(),
+                    status,
+                    sent: None,
+                    loss_request: (probed && status == 0).then_some(req),
+                    loss_reply: (probed && status == 0).then_some(rep),
+                    latency_typical_seconds: None,
+                });
+            }
+        }
+        out
+    };
+    let v = verdicts(&pairs(0), &t);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].host.as_deref(), Some("h16"));
+    assert_eq!(v[0].fault, super::verdict::Fault::Egress);
+    // h16 as a target: 15 probers, 4 of them probed it in the window, all losing.
+    assert_eq!((v[0].pairs_failing, v[0].pairs_total), (4, 4), "{v:?}");
+    // The same mesh with h16 unreachable: its status counts against all 15 probers.
+    let v = verdicts(&pairs(2), &t);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].fault, super::verdict::Fault::Host);
+    assert_eq!((v[0].pairs_failing, v[0].pairs_total), (15, 15), "{v:?}");
+}

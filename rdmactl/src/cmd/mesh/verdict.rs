@@ -116,6 +116,13 @@ pub(super) fn faults(p: &Pair, side: Side, t: &Thresholds) -> Vec<Fault> {
     out
 }
 
+/// Whether the pair was probed in the loss window: a loss fault counts only against these
+/// pairs, a layer fault (a status every pair keeps) against all (as the rules: above
+/// `--probe.mesh-max` a pair is probed once per planner cycle, longer than the window).
+fn probed(p: &Pair) -> bool {
+    p.loss_request.is_some() || p.loss_reply.is_some()
+}
+
 /// (host, fault) -> (counterparts seeing it, counterparts) for the hosts `end` names, over the
 /// pairs `keep` admits, where the fault has a majority.
 pub(super) fn culprits(
@@ -128,10 +135,13 @@ pub(super) fn culprits(
         Side::Target => p.target.clone(),
         Side::Prober => p.prober.clone(),
     };
-    let mut total: BTreeMap<String, usize> = BTreeMap::new();
+    // Per host: (every pair, the pairs probed in the window).
+    let mut total: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut count: BTreeMap<(String, Fault), usize> = BTreeMap::new();
     for p in pairs.iter().filter(|p| keep(p)) {
-        *total.entry(end(p)).or_default() += 1;
+        let entry = total.entry(end(p)).or_default();
+        entry.0 += 1;
+        entry.1 += usize::from(probed(p));
         for f in faults(p, side, t) {
             *count.entry((end(p), f)).or_default() += 1;
         }
@@ -139,7 +149,8 @@ pub(super) fn culprits(
     count
         .into_iter()
         .filter_map(|((h, f), c)| {
-            let n = total[&h];
+            let (all, probed) = total[&h];
+            let n = if f.is_loss() { probed } else { all };
             (c >= t.min_counterparts && 2 * c > n).then_some(((h, f), (c, n)))
         })
         .collect()
