@@ -7,6 +7,7 @@
 //! - [`metrics`]: the metric set of one scrape and its encodings (text 0.0.4, OpenMetrics);
 //! - [`names`] and [`help`]: how a sysfs counter file becomes a metric name and HELP text;
 //! - [`inventory`]: every family rdmad can export, as data (`--print-metrics json`);
+//! - [`responses`]: the `/metrics` responses by encoding the server counts and exports;
 //! - [`server`]: the HTTP face (`/metrics`, `/healthz`, `/`) and `--once`;
 //! - [`webconfig`]: `--web.config.file`, TLS and basic auth (the exporter-toolkit format).
 #![forbid(unsafe_code)]
@@ -21,5 +22,6 @@ pub mod inventory;
 pub mod metrics;
 pub mod names;
 pub mod options;
+pub mod responses;
 pub mod server;
 pub mod webconfig;

@@ -49,9 +49,10 @@ pub const MAX_COLLECTING: usize = 4;
 pub const MONITOR_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 use crate::cli::Settings;
-use crate::collector::{CollectorConfig, Collectors, ResponseCounts, TABLE};
+use crate::collector::{CollectorConfig, Collectors, TABLE};
 use crate::encoding::{Coding, NotAcceptable};
 use crate::metrics::{negotiate, Format};
+use crate::responses::ResponseCounts;
 use crate::webconfig::WebConfig;
 
 /// Shared by all requests.
@@ -60,8 +61,9 @@ pub struct Exporter {
     permits: Arc<Semaphore>,
     collecting: Arc<Semaphore>,
     filter: DeviceFilter,
-    /// `/metrics` responses by encoding, counted by [`log_response`], exported by the scrapes.
-    responses: Arc<ResponseCounts>,
+    /// `/metrics` responses by encoding, counted by [`log_response`], exported by the scrapes
+    /// (not with `--once`: it answers no request).
+    responses: Option<ResponseCounts>,
     /// The codings responses may be sent in besides identity (none with
     /// `--web.disable-compression`), best first.
     codings: &'static [Coding],
@@ -95,15 +97,10 @@ impl Exporter {
             procfs: settings.procfs.clone(),
             owners: settings.owners.clone(),
         };
-        let responses = Arc::new(ResponseCounts::default());
         let collectors =
             Collectors::new(&config, &settings.collectors).with_timeout(settings.scrape_timeout);
         // `--once` answers no request: no responses to count or export.
-        let collectors = if settings.once {
-            collectors
-        } else {
-            collectors.with_responses(Arc::clone(&responses))
-        };
+        let responses = (!settings.once).then(ResponseCounts::default);
         Ok(Exporter {
             _probe_engine: probe_engine,
             collectors,
@@ -127,7 +124,11 @@ impl Exporter {
 
     /// One exposition in `format`.
     pub fn render(&self, format: Format) -> String {
-        self.collectors.scrape().encode(format)
+        let mut set = self.collectors.scrape();
+        if let Some(responses) = &self.responses {
+            responses.export(&mut set);
+        }
+        set.encode(format)
     }
 }
 
@@ -396,7 +397,9 @@ async fn log_response(
     if !tracing::enabled!(target: "rdmad::http", tracing::Level::DEBUG) {
         let response = next.run(request).await;
         if scrape {
-            exporter.responses.record(content_encoding(&response));
+            if let Some(responses) = &exporter.responses {
+                responses.record(content_encoding(&response));
+            }
         }
         return response;
     }
@@ -409,7 +412,9 @@ async fn log_response(
         .to_owned();
     let response = next.run(request).await;
     if scrape {
-        exporter.responses.record(content_encoding(&response));
+        if let Some(responses) = &exporter.responses {
+            responses.record(content_encoding(&response));
+        }
     }
     let encoding = content_encoding(&response).unwrap_or("identity");
     tracing::debug!(
