@@ -1,4 +1,5 @@
-//! The HTTP face (`/metrics`, `/healthz`, `/`) and `--once`.
+//! The HTTP face (`/metrics`, `/healthz`, `/`): it serves the collectors [`crate::daemon`] built
+//! and counts its responses ([`crate::responses`]).
 //!
 //! Every scrape runs the enabled collectors on a blocking thread (sysfs reads block) and
 //! encodes the result in the format the `Accept` header asks for. At most
@@ -22,14 +23,7 @@
 //! each `/metrics` response is counted by encoding in
 //! `rdma_exporter_metrics_responses_total{encoding}` (shown by the scrapes after it), so the
 //! encoding Prometheus' scrapes get is a query away.
-//!
-//! Devices come and go (`rdma link add/delete`, hot-plug, driver reload): since nothing is
-//! cached, the next scrape simply reads what exists, and a removed device's series are gone
-//! from it. A device monitor thread (RDMA netlink: kernel notifications where the kernel sends
-//! them, device dump comparison every [`MONITOR_INTERVAL`] on 6.1) logs each change
-//! (`device rxe9 added`, `device rxe9 removed`) at info level.
 
-use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -38,18 +32,13 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use rdmakit::nldev::{Event, EventKind, Monitor, NldevError};
-use rdmakit::sysfs::{DeviceFilter, SysfsReader};
 use tokio::sync::Semaphore;
 
 /// At most this many scrapes collect at the same time (fewer on hosts with fewer CPUs).
 pub const MAX_COLLECTING: usize = 4;
 
-/// How often the device monitor compares device dumps (kernels without notifications).
-pub const MONITOR_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
-
 use crate::cli::Settings;
-use crate::collector::{CollectorConfig, Collectors, TABLE};
+use crate::collector::{Collectors, TABLE};
 use crate::encoding::{Coding, NotAcceptable};
 use crate::metrics::{negotiate, Format};
 use crate::responses::ResponseCounts;
@@ -60,51 +49,21 @@ pub struct Exporter {
     collectors: Collectors,
     permits: Arc<Semaphore>,
     collecting: Arc<Semaphore>,
-    filter: DeviceFilter,
-    /// `/metrics` responses by encoding, counted by [`log_response`], exported by the scrapes
-    /// (not with `--once`: it answers no request).
-    responses: Option<ResponseCounts>,
+    /// `/metrics` responses by encoding, counted by [`log_response`], exported by the scrapes.
+    responses: ResponseCounts,
     /// The codings responses may be sent in besides identity (none with
     /// `--web.disable-compression`), best first.
     codings: &'static [Coding],
     /// `--web.gzip-level`.
     gzip_level: u8,
-    /// The probe engine, running while the exporter lives (`--probe.enable`).
-    _probe_engine: crate::collector::probes::Engine,
 }
 
 impl Exporter {
-    /// Build the enabled collectors; fails on an invalid device pattern.
-    pub fn new(settings: &Settings) -> Result<Exporter> {
-        let filter = DeviceFilter::new(
-            settings.device_include.as_deref(),
-            settings.device_exclude.as_deref(),
-        )
-        .context("--collector.device-include / --collector.device-exclude")?;
-        // Parse the embedded counter catalog now, not during the first scrape.
-        if let Err(e) = rdmakit::catalog::Catalog::embedded() {
-            tracing::warn!("counter catalog unavailable, HELP texts will be generic: {e}");
-        }
-        // `--probe.enable`: start the probe engine (an error without the `verbs` feature).
-        let (probe_engine, probes) = crate::collector::probes::start(&settings.probe)?;
-        let config = CollectorConfig {
-            sysfs: settings.sysfs.clone(),
-            ethtool_capture: settings.ethtool_capture.clone(),
-            filter: filter.clone(),
-            enabled: settings.collectors.clone(),
-            probes,
-            open_files: crate::collector::sysfs_open_files(),
-            procfs: settings.procfs.clone(),
-            owners: settings.owners.clone(),
-        };
-        let collectors =
-            Collectors::new(&config, &settings.collectors).with_timeout(settings.scrape_timeout);
-        // `--once` answers no request: no responses to count or export.
-        let responses = (!settings.once).then(ResponseCounts::default);
-        Ok(Exporter {
-            _probe_engine: probe_engine,
+    /// Serve `collectors` with the HTTP settings of `settings`.
+    pub fn new(settings: &Settings, collectors: Collectors) -> Exporter {
+        Exporter {
             collectors,
-            responses,
+            responses: ResponseCounts::default(),
             codings: if settings.disable_compression {
                 &[]
             } else {
@@ -118,122 +77,28 @@ impl Exporter {
                     .unwrap_or(1)
                     .clamp(1, MAX_COLLECTING),
             )),
-            filter,
-        })
+        }
     }
 
     /// One exposition in `format`.
     pub fn render(&self, format: Format) -> String {
         let mut set = self.collectors.scrape();
-        if let Some(responses) = &self.responses {
-            responses.export(&mut set);
-        }
+        self.responses.export(&mut set);
         set.encode(format)
     }
 }
 
-/// Run rdmad with resolved settings: print once, or serve until SIGINT/SIGTERM.
-pub fn run(settings: Settings) -> Result<()> {
-    let exporter = Arc::new(Exporter::new(&settings)?);
-    if settings.once {
-        let text = exporter.render(Format::Text);
-        let mut stdout = std::io::stdout().lock();
-        return match stdout
-            .write_all(text.as_bytes())
-            .and_then(|_| stdout.flush())
-        {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-            other => other.context("writing to stdout"),
-        };
-    }
-    // `--web.config.file`: checked before anything starts; a bad file is a bad setting.
-    let web = settings
-        .web_config_file
-        .as_deref()
-        .map(crate::webconfig::load)
-        .transpose()?;
-    log_devices(&settings);
-    watch_devices(exporter.filter.clone());
+/// Serve `collectors` until SIGINT/SIGTERM with `settings` (listen address, limits,
+/// compression) and the web config `web` (`--web.config.file`: TLS, basic auth).
+pub fn run(settings: &Settings, collectors: Collectors, web: Option<WebConfig>) -> Result<()> {
+    let exporter = Arc::new(Exporter::new(settings, collectors));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(settings.max_requests.clamp(1, 64))
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(serve(settings, exporter, web))
-}
-
-fn log_devices(settings: &Settings) {
-    tracing::info!(collectors = ?settings.collectors, "collectors enabled");
-    let reader = SysfsReader::new(settings.sysfs.clone());
-    match reader.device_names() {
-        Ok(names) if names.is_empty() => tracing::warn!(
-            sysfs = %settings.sysfs.display(),
-            "no RDMA devices found (no RDMA stack or no device); serving exporter metrics only"
-        ),
-        Ok(names) => tracing::info!(devices = ?names, "RDMA devices found"),
-        Err(e) => tracing::warn!("{e}"),
-    }
-}
-
-/// Start the device monitor thread (see the module doc). No RDMA netlink: nothing to watch.
-fn watch_devices(filter: DeviceFilter) {
-    let mut monitor = match Monitor::start(MONITOR_INTERVAL) {
-        Ok(monitor) => monitor,
-        Err(e @ NldevError::NoRdma(_)) => {
-            tracing::debug!("no device monitor: {e}");
-            return;
-        }
-        Err(e) => {
-            tracing::warn!("no device monitor: {e}");
-            return;
-        }
-    };
-    let spawned = std::thread::Builder::new()
-        .name("rdma-monitor".into())
-        .spawn(move || {
-            let mut failing = false;
-            loop {
-                match monitor.next_event() {
-                    Ok(event) => {
-                        failing = false;
-                        if let Some(line) = event_line(&event, &filter) {
-                            tracing::info!("{line}");
-                        }
-                    }
-                    // A failed dump is retried at the next interval; log the first only.
-                    Err(e) if !failing => {
-                        failing = true;
-                        tracing::warn!("device monitor: {e}");
-                    }
-                    Err(_) => {}
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::warn!("no device monitor: {e}");
-    }
-}
-
-/// The log line for a device event, or `None` for devices the filter drops.
-pub fn event_line(event: &Event, filter: &DeviceFilter) -> Option<String> {
-    let device = event.dev_name.as_deref().unwrap_or("?");
-    if !filter.keeps(device) {
-        return None;
-    }
-    let port = event.port.map(|p| format!(" port {p}")).unwrap_or_default();
-    let netdev = event.netdev.as_deref().unwrap_or("?");
-    Some(match event.kind {
-        EventKind::Register => format!("device {device} added"),
-        EventKind::Unregister => {
-            format!("device {device} removed; its series are gone from the next scrape")
-        }
-        EventKind::NetdevAttach => format!("device {device}{port}: netdev {netdev} attached"),
-        EventKind::NetdevDetach => format!("device {device}{port}: netdev {netdev} detached"),
-        EventKind::Rename => format!("device renamed to {device}"),
-        EventKind::NetdevRename => format!("device {device}{port}: netdev renamed to {netdev}"),
-        other => format!("device {device}: event {}", other.name()),
-    })
+    runtime.block_on(serve(&settings.listen_address, exporter, web))
 }
 
 /// Bind `address`: `HOST:PORT`, `[V6]:PORT`, or `:PORT` for every interface (IPv6 and IPv4
@@ -255,9 +120,9 @@ pub async fn bind(address: &str) -> Result<tokio::net::TcpListener> {
         .with_context(|| format!("cannot listen on {address}"))
 }
 
-async fn serve(settings: Settings, exporter: Arc<Exporter>, web: Option<WebConfig>) -> Result<()> {
+async fn serve(address: &str, exporter: Arc<Exporter>, web: Option<WebConfig>) -> Result<()> {
     let app = router(exporter);
-    let listener = bind(&settings.listen_address).await?;
+    let listener = bind(address).await?;
     let local = listener.local_addr().context("reading the bound address")?;
     let Some(web) = web else {
         tracing::info!(address = %local, "listening");
@@ -397,9 +262,7 @@ async fn log_response(
     if !tracing::enabled!(target: "rdmad::http", tracing::Level::DEBUG) {
         let response = next.run(request).await;
         if scrape {
-            if let Some(responses) = &exporter.responses {
-                responses.record(content_encoding(&response));
-            }
+            exporter.responses.record(content_encoding(&response));
         }
         return response;
     }
@@ -412,9 +275,7 @@ async fn log_response(
         .to_owned();
     let response = next.run(request).await;
     if scrape {
-        if let Some(responses) = &exporter.responses {
-            responses.record(content_encoding(&response));
-        }
+        exporter.responses.record(content_encoding(&response));
     }
     let encoding = content_encoding(&response).unwrap_or("identity");
     tracing::debug!(
@@ -547,6 +408,8 @@ async fn index(State(exporter): State<Arc<Exporter>>, headers: HeaderMap) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collector::CollectorConfig;
+    use rdmakit::sysfs::DeviceFilter;
 
     #[tokio::test]
     async fn listen_address_forms() {
@@ -560,33 +423,6 @@ mod tests {
         assert!(
             format!("{err:#}").contains("cannot listen on 256.0.0.1:1"),
             "{err:#}"
-        );
-    }
-
-    #[test]
-    fn device_events_are_logged_by_name_and_filtered() {
-        use rdmakit::nldev::EventSource;
-        let event = |kind, name: &str| Event {
-            kind,
-            dev_index: Some(9),
-            dev_name: Some(name.into()),
-            port: None,
-            netdev_index: None,
-            netdev: None,
-            source: EventSource::Poll,
-        };
-        let all = DeviceFilter::all();
-        assert_eq!(
-            event_line(&event(EventKind::Register, "rxe9"), &all).as_deref(),
-            Some("device rxe9 added")
-        );
-        assert!(event_line(&event(EventKind::Unregister, "rxe9"), &all)
-            .unwrap()
-            .starts_with("device rxe9 removed"));
-        let no_rxe9 = DeviceFilter::new(None, Some("rxe9")).unwrap();
-        assert_eq!(
-            event_line(&event(EventKind::Register, "rxe9"), &no_rxe9),
-            None
         );
     }
 
@@ -610,7 +446,9 @@ mod tests {
             once: false,
             print_metrics: false,
         };
-        let exporter = Arc::new(Exporter::new(&settings).unwrap());
+        let config = CollectorConfig::new(&settings.sysfs, DeviceFilter::all());
+        let collectors = Collectors::new(&config, &settings.collectors);
+        let exporter = Arc::new(Exporter::new(&settings, collectors));
         let held = Arc::clone(&exporter.permits).try_acquire_owned().unwrap();
         let busy = metrics(State(Arc::clone(&exporter)), HeaderMap::new()).await;
         assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
