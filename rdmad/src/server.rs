@@ -126,26 +126,13 @@ async fn serve(address: &str, exporter: Arc<Exporter>, web: Option<WebConfig>) -
     let local = listener.local_addr().context("reading the bound address")?;
     let Some(web) = web else {
         tracing::info!(address = %local, "listening");
-        return axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .context("serving HTTP");
+        return serve_connections(listener, app, None, shutdown_signal()).await;
     };
     let app = web.apply(app);
     let users = web.auth.as_ref().map_or(0, |a| a.users());
-    match web.tls {
-        None => {
-            tracing::info!(address = %local, tls = false, basic_auth_users = users, "listening");
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown_signal())
-                .await
-                .context("serving HTTP")
-        }
-        Some(tls) => {
-            tracing::info!(address = %local, tls = true, basic_auth_users = users, "listening");
-            serve_tls(listener, app, tls, shutdown_signal()).await
-        }
-    }
+    let tls = web.tls.is_some();
+    tracing::info!(address = %local, tls, basic_auth_users = users, "listening");
+    serve_connections(listener, app, web.tls, shutdown_signal()).await
 }
 
 /// A TLS handshake must finish within this time, or the connection is dropped.
@@ -154,19 +141,20 @@ pub const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// The request headers must arrive within this time once a connection is up.
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Serve `app` over TLS on `listener` until `shutdown` completes, then wait for the open
-/// connections to finish their requests (as `axum::serve` does with graceful shutdown).
-pub async fn serve_tls(
+/// Serve `app` on `listener`, over TLS when `tls` is given, plain HTTP/1.1 otherwise, until
+/// `shutdown` completes, then wait for the open connections to finish their requests. The one
+/// accept loop of both: the same header read timeout ([`HEADER_READ_TIMEOUT`]), accept error
+/// handling and graceful shutdown; TLS adds only the handshake ([`TLS_HANDSHAKE_TIMEOUT`]).
+pub async fn serve_connections(
     listener: tokio::net::TcpListener,
     app: Router,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::server::graceful::GracefulShutdown;
     use hyper_util::service::TowerToHyperService;
 
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let graceful = GracefulShutdown::new();
     // Connections still in their handshake are dropped at shutdown, not waited for.
     let (stopping, stop) = tokio::sync::watch::channel(false);
@@ -191,6 +179,10 @@ pub async fn serve_tls(
         let watcher = graceful.watcher();
         let mut stop = stop.clone();
         tokio::spawn(async move {
+            let Some(acceptor) = acceptor else {
+                serve_connection(tcp, service, watcher, peer).await;
+                return;
+            };
             let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
             let stream = tokio::select! {
                 done = handshake => match done {
@@ -206,19 +198,33 @@ pub async fn serve_tls(
                 },
                 _ = stop.wait_for(|stop| *stop) => return,
             };
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = watcher.watch(connection).await {
-                tracing::debug!(%peer, "connection: {e}");
-            }
+            serve_connection(stream, service, watcher, peer).await;
         });
     }
     drop(listener);
     let _ = stopping.send(true);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// Serve the HTTP/1.1 requests of one connection (plain or after its TLS handshake), watched
+/// by the graceful shutdown.
+async fn serve_connection<S>(
+    stream: S,
+    service: hyper_util::service::TowerToHyperService<Router>,
+    watcher: hyper_util::server::graceful::Watcher,
+    peer: std::net::SocketAddr,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    if let Err(e) = watcher.watch(connection).await {
+        tracing::debug!(%peer, "connection: {e}");
+    }
 }
 
 async fn shutdown_signal() {
@@ -503,6 +509,37 @@ mod tls_tests {
         web.tls.expect("the web config enables TLS")
     }
 
+    /// Plain HTTP goes through the same accept loop: a request is answered, and shutdown
+    /// returns once the connection is done.
+    #[tokio::test]
+    async fn plain_http_is_served_by_the_same_loop() {
+        let listener = bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let app = Router::new().route("/healthz", get(|| async { "ok\n" }));
+        let server = tokio::spawn(serve_connections(listener, app, None, async {
+            let _ = stopped.await;
+        }));
+        // A blocking client on its own thread (tokio's io-util is not built in).
+        let answer = tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut client = std::net::TcpStream::connect(address).unwrap();
+            client
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut answer = String::new();
+            client.read_to_string(&mut answer).unwrap();
+            answer
+        })
+        .await
+        .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nok\n"), "{answer}");
+        stop.send(()).unwrap();
+        let result = tokio::time::timeout(std::time::Duration::from_secs(10), server).await;
+        assert!(matches!(result, Ok(Ok(Ok(())))), "{result:?}");
+    }
+
     /// Shutdown does not wait for a client stuck in its TLS handshake (that would take
     /// TLS_HANDSHAKE_TIMEOUT).
     #[tokio::test]
@@ -514,7 +551,7 @@ mod tls_tests {
         let address = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = Router::new().route("/healthz", get(|| async { "ok\n" }));
-        let server = tokio::spawn(serve_tls(listener, app, tls, async {
+        let server = tokio::spawn(serve_connections(listener, app, Some(tls), async {
             let _ = stopped.await;
         }));
         // Connected, says nothing: its handshake waits for the client hello.
@@ -528,13 +565,13 @@ mod tls_tests {
         let result = tokio::time::timeout_at(connected + TLS_HANDSHAKE_TIMEOUT, server).await;
         assert!(
             matches!(result, Ok(Ok(Ok(())))),
-            "serve_tls waited for the handshake timeout instead of dropping it: {result:?}"
+            "serve_connections waited for the handshake timeout instead of dropping it: {result:?}"
         );
         // Past the test harness' capture, so the log shows it.
         let _ = std::io::Write::write_fmt(
             &mut std::io::stderr(),
             format_args!(
-                "figure: serve_tls returned {:.1} ms after the stop signal\n",
+                "figure: serve_connections returned {:.1} ms after the stop signal\n",
                 started.elapsed().as_secs_f64() * 1e3
             ),
         );
