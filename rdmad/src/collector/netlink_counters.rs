@@ -287,6 +287,52 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_device_netlink_does_not_serve_keeps_only_its_optional_counters() {
+        use crate::collector::{NetlinkPortHw, NetlinkPortHwDevice};
+        let config = CollectorConfig::new("/nonexistent", DeviceFilter::all());
+        let answer = |dev: &str, counters| PortHwCounters {
+            dev_index: 1,
+            dev_name: dev.into(),
+            port: 1,
+            counters,
+        };
+        let hw = NetlinkPortHw {
+            devices: vec![
+                NetlinkPortHwDevice {
+                    name: "rxe0".into(),
+                    optional: vec![answer("rxe0", vec![hw("cc_rx_ce_pkts", None, Some(true))])],
+                    counters: vec![answer("rxe0", vec![hw("sent_pkts", Some(41), None)])],
+                },
+                // A port failed STAT_GET: its counters are the sysfs snapshot's.
+                NetlinkPortHwDevice {
+                    name: "rxe1".into(),
+                    optional: vec![answer("rxe1", vec![hw("cc_rx_ce_pkts", None, Some(false))])],
+                    counters: Vec::new(),
+                },
+            ],
+        };
+        assert!(hw.serves("rxe0") && !hw.serves("rxe1"));
+        let scrape = Scrape::of(&config, [&SPEC]).with_netlink_port_hw(hw);
+        let mut out = MetricSet::new();
+        build(&config).update(&scrape, &mut out).unwrap();
+        let text = out.encode(Format::Text);
+        assert!(
+            text.contains("rdma_port_hw_sent_pkts_total{device=\"rxe0\",port=\"1\"} 41\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("rdma_port_hw_sent_pkts_total{device=\"rxe1\""),
+            "{text}"
+        );
+        for (dev, on) in [("rxe0", 1), ("rxe1", 0)] {
+            let line = format!(
+                "rdma_optional_counter_enabled{{device=\"{dev}\",port=\"1\",counter=\"cc_rx_ce_pkts\"}} {on}\n"
+            );
+            assert!(text.contains(&line), "{text}");
+        }
+    }
+
     use rdmakit::sysfs::DeviceFilter;
     use std::path::PathBuf;
 }

@@ -11,12 +11,11 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use rdmakit::model::Snapshot;
+use rdmakit::model::{Snapshot, SourceError};
 use rdmakit::nldev::{NlDevice, NldevClient, NldevError, PortHwCounters};
 use rdmakit::sysfs::{DeviceFilter, ReadOptions, SysfsReader};
 
 use super::{CollectorConfig, CollectorSpec};
-use rdmakit::model::SourceError;
 
 use crate::metrics::{AddError, Declared, MetricSet, Value};
 
@@ -442,13 +441,22 @@ impl Scrape {
         Scrape::of(&config, [])
     }
 
-    /// Pretend RDMA netlink served the port hw counters of `devices` in this scrape (with no
-    /// counter), for an enabled collector that exports them.
-    pub(crate) fn with_netlink_port_hw(mut self, devices: &[&str]) -> Scrape {
+    /// Pretend RDMA netlink answered `hw` in this scrape, for an enabled collector that
+    /// exports its port hw counters.
+    pub(crate) fn with_netlink_port_hw(mut self, hw: NetlinkPortHw) -> Scrape {
         let mut inputs = (*self.inputs).clone();
         inputs.reads.netlink_port_hw = true;
         self.inputs = std::sync::Arc::new(inputs);
-        let hw = NetlinkPortHw {
+        let _ = self.netlink_port_hw.set(Ok(Some(hw)));
+        self
+    }
+}
+
+#[cfg(test)]
+impl NetlinkPortHw {
+    /// Answers serving the port hw counters of `devices` (port 1, no counter).
+    pub(crate) fn serving(devices: &[&str]) -> NetlinkPortHw {
+        NetlinkPortHw {
             devices: devices
                 .iter()
                 .map(|name| NetlinkPortHwDevice {
@@ -462,8 +470,6 @@ impl Scrape {
                     }],
                 })
                 .collect(),
-        };
-        let _ = self.netlink_port_hw.set(Ok(Some(hw)));
-        self
+        }
     }
 }

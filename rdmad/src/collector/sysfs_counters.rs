@@ -221,7 +221,8 @@ mod tests {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sysfs/rxe"),
             DeviceFilter::all(),
         );
-        let scrape = Scrape::of(&config, [&SPEC]).with_netlink_port_hw(&["rxe0"]);
+        let scrape = Scrape::of(&config, [&SPEC])
+            .with_netlink_port_hw(crate::collector::NetlinkPortHw::serving(&["rxe0"]));
         let mut out = MetricSet::new();
         build(&config).update(&scrape, &mut out).expect("collects");
         let text = out.encode(Format::Text);

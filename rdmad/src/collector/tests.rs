@@ -263,7 +263,8 @@ fn the_snapshot_leaves_out_the_port_hw_counters_netlink_serves() {
     };
     let all = hw(scrape.sysfs_snapshot().unwrap());
     assert!(all > 1, "{all}");
-    let served = Scrape::of(&config, counters).with_netlink_port_hw(&["rxe0"]);
+    let served =
+        Scrape::of(&config, counters).with_netlink_port_hw(NetlinkPortHw::serving(&["rxe0"]));
     // Only `lifespan`, which netlink does not report, is left.
     assert_eq!(hw(served.sysfs_snapshot().unwrap()), 1);
 }
