@@ -197,7 +197,10 @@ pub fn inventory(catalog: &Catalog) -> Inventory {
             });
         }
     }
-    for d in SCRAPE_METRICS {
+    for d in SCRAPE_METRICS
+        .iter()
+        .chain([&crate::responses::EXPORTER_RESPONSES])
+    {
         add(d.name, d.kind, d.help.to_owned(), "scrape");
     }
     Inventory {

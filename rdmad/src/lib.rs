@@ -7,7 +7,11 @@
 //! - [`metrics`]: the metric set of one scrape and its encodings (text 0.0.4, OpenMetrics);
 //! - [`names`] and [`help`]: how a sysfs counter file becomes a metric name and HELP text;
 //! - [`inventory`]: every family rdmad can export, as data (`--print-metrics json`);
-//! - [`server`]: the HTTP face (`/metrics`, `/healthz`, `/`) and `--once`;
+//! - [`responses`]: the `/metrics` responses by encoding the server counts and exports;
+//! - [`daemon`]: the composition root: collectors, probe engine, device monitor, then `--once`
+//!   or the server;
+//! - [`monitor`]: the device monitor (devices added and removed, logged);
+//! - [`server`]: the HTTP face (`/metrics`, `/healthz`, `/`);
 //! - [`webconfig`]: `--web.config.file`, TLS and basic auth (the exporter-toolkit format).
 #![forbid(unsafe_code)]
 
@@ -15,11 +19,14 @@ pub mod build_info;
 pub mod cli;
 pub mod collector;
 pub mod config;
+pub mod daemon;
 pub mod encoding;
 pub mod help;
 pub mod inventory;
 pub mod metrics;
+pub mod monitor;
 pub mod names;
 pub mod options;
+pub mod responses;
 pub mod server;
 pub mod webconfig;

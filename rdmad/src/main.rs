@@ -61,7 +61,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    match rdmad::server::run(settings) {
+    match rdmad::daemon::run(settings) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rdmad: {e:#}");

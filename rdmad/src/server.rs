@@ -1,4 +1,5 @@
-//! The HTTP face (`/metrics`, `/healthz`, `/`) and `--once`.
+//! The HTTP face (`/metrics`, `/healthz`, `/`): it serves the collectors [`crate::daemon`] built
+//! and counts its responses ([`crate::responses`]).
 //!
 //! Every scrape runs the enabled collectors on a blocking thread (sysfs reads block) and
 //! encodes the result in the format the `Accept` header asks for. At most
@@ -22,14 +23,7 @@
 //! each `/metrics` response is counted by encoding in
 //! `rdma_exporter_metrics_responses_total{encoding}` (shown by the scrapes after it), so the
 //! encoding Prometheus' scrapes get is a query away.
-//!
-//! Devices come and go (`rdma link add/delete`, hot-plug, driver reload): since nothing is
-//! cached, the next scrape simply reads what exists, and a removed device's series are gone
-//! from it. A device monitor thread (RDMA netlink: kernel notifications where the kernel sends
-//! them, device dump comparison every [`MONITOR_INTERVAL`] on 6.1) logs each change
-//! (`device rxe9 added`, `device rxe9 removed`) at info level.
 
-use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -38,20 +32,16 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use rdmakit::nldev::{Event, EventKind, Monitor, NldevError};
-use rdmakit::sysfs::{DeviceFilter, SysfsReader};
 use tokio::sync::Semaphore;
 
 /// At most this many scrapes collect at the same time (fewer on hosts with fewer CPUs).
 pub const MAX_COLLECTING: usize = 4;
 
-/// How often the device monitor compares device dumps (kernels without notifications).
-pub const MONITOR_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
-
 use crate::cli::Settings;
-use crate::collector::{CollectorConfig, Collectors, ResponseCounts, TABLE};
+use crate::collector::{Collectors, TABLE};
 use crate::encoding::{Coding, NotAcceptable};
 use crate::metrics::{negotiate, Format};
+use crate::responses::ResponseCounts;
 use crate::webconfig::WebConfig;
 
 /// Shared by all requests.
@@ -59,55 +49,21 @@ pub struct Exporter {
     collectors: Collectors,
     permits: Arc<Semaphore>,
     collecting: Arc<Semaphore>,
-    filter: DeviceFilter,
     /// `/metrics` responses by encoding, counted by [`log_response`], exported by the scrapes.
-    responses: Arc<ResponseCounts>,
+    responses: ResponseCounts,
     /// The codings responses may be sent in besides identity (none with
     /// `--web.disable-compression`), best first.
     codings: &'static [Coding],
     /// `--web.gzip-level`.
     gzip_level: u8,
-    /// The probe engine, running while the exporter lives (`--probe.enable`).
-    _probe_engine: crate::collector::probes::Engine,
 }
 
 impl Exporter {
-    /// Build the enabled collectors; fails on an invalid device pattern.
-    pub fn new(settings: &Settings) -> Result<Exporter> {
-        let filter = DeviceFilter::new(
-            settings.device_include.as_deref(),
-            settings.device_exclude.as_deref(),
-        )
-        .context("--collector.device-include / --collector.device-exclude")?;
-        // Parse the embedded counter catalog now, not during the first scrape.
-        if let Err(e) = rdmakit::catalog::Catalog::embedded() {
-            tracing::warn!("counter catalog unavailable, HELP texts will be generic: {e}");
-        }
-        // `--probe.enable`: start the probe engine (an error without the `verbs` feature).
-        let (probe_engine, probes) = crate::collector::probes::start(&settings.probe)?;
-        let config = CollectorConfig {
-            sysfs: settings.sysfs.clone(),
-            ethtool_capture: settings.ethtool_capture.clone(),
-            filter: filter.clone(),
-            enabled: settings.collectors.clone(),
-            probes,
-            open_files: crate::collector::sysfs_open_files(),
-            procfs: settings.procfs.clone(),
-            owners: settings.owners.clone(),
-        };
-        let responses = Arc::new(ResponseCounts::default());
-        let collectors =
-            Collectors::new(&config, &settings.collectors).with_timeout(settings.scrape_timeout);
-        // `--once` answers no request: no responses to count or export.
-        let collectors = if settings.once {
-            collectors
-        } else {
-            collectors.with_responses(Arc::clone(&responses))
-        };
-        Ok(Exporter {
-            _probe_engine: probe_engine,
+    /// Serve `collectors` with the HTTP settings of `settings`.
+    pub fn new(settings: &Settings, collectors: Collectors) -> Exporter {
+        Exporter {
             collectors,
-            responses,
+            responses: ResponseCounts::default(),
             codings: if settings.disable_compression {
                 &[]
             } else {
@@ -121,118 +77,28 @@ impl Exporter {
                     .unwrap_or(1)
                     .clamp(1, MAX_COLLECTING),
             )),
-            filter,
-        })
+        }
     }
 
     /// One exposition in `format`.
     pub fn render(&self, format: Format) -> String {
-        self.collectors.scrape().encode(format)
+        let mut set = self.collectors.scrape();
+        self.responses.export(&mut set);
+        set.encode(format)
     }
 }
 
-/// Run rdmad with resolved settings: print once, or serve until SIGINT/SIGTERM.
-pub fn run(settings: Settings) -> Result<()> {
-    let exporter = Arc::new(Exporter::new(&settings)?);
-    if settings.once {
-        let text = exporter.render(Format::Text);
-        let mut stdout = std::io::stdout().lock();
-        return match stdout
-            .write_all(text.as_bytes())
-            .and_then(|_| stdout.flush())
-        {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-            other => other.context("writing to stdout"),
-        };
-    }
-    // `--web.config.file`: checked before anything starts; a bad file is a bad setting.
-    let web = settings
-        .web_config_file
-        .as_deref()
-        .map(crate::webconfig::load)
-        .transpose()?;
-    log_devices(&settings);
-    watch_devices(exporter.filter.clone());
+/// Serve `collectors` until SIGINT/SIGTERM with `settings` (listen address, limits,
+/// compression) and the web config `web` (`--web.config.file`: TLS, basic auth).
+pub fn run(settings: &Settings, collectors: Collectors, web: Option<WebConfig>) -> Result<()> {
+    let exporter = Arc::new(Exporter::new(settings, collectors));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(settings.max_requests.clamp(1, 64))
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(serve(settings, exporter, web))
-}
-
-fn log_devices(settings: &Settings) {
-    tracing::info!(collectors = ?settings.collectors, "collectors enabled");
-    let reader = SysfsReader::new(settings.sysfs.clone());
-    match reader.device_names() {
-        Ok(names) if names.is_empty() => tracing::warn!(
-            sysfs = %settings.sysfs.display(),
-            "no RDMA devices found (no RDMA stack or no device); serving exporter metrics only"
-        ),
-        Ok(names) => tracing::info!(devices = ?names, "RDMA devices found"),
-        Err(e) => tracing::warn!("{e}"),
-    }
-}
-
-/// Start the device monitor thread (see the module doc). No RDMA netlink: nothing to watch.
-fn watch_devices(filter: DeviceFilter) {
-    let mut monitor = match Monitor::start(MONITOR_INTERVAL) {
-        Ok(monitor) => monitor,
-        Err(e @ NldevError::NoRdma(_)) => {
-            tracing::debug!("no device monitor: {e}");
-            return;
-        }
-        Err(e) => {
-            tracing::warn!("no device monitor: {e}");
-            return;
-        }
-    };
-    let spawned = std::thread::Builder::new()
-        .name("rdma-monitor".into())
-        .spawn(move || {
-            let mut failing = false;
-            loop {
-                match monitor.next_event() {
-                    Ok(event) => {
-                        failing = false;
-                        if let Some(line) = event_line(&event, &filter) {
-                            tracing::info!("{line}");
-                        }
-                    }
-                    // A failed dump is retried at the next interval; log the first only.
-                    Err(e) if !failing => {
-                        failing = true;
-                        tracing::warn!("device monitor: {e}");
-                    }
-                    Err(_) => {}
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::warn!("no device monitor: {e}");
-    }
-}
-
-/// The log line for a device event, or `None` for devices the filter drops.
-pub fn event_line(event: &Event, filter: &DeviceFilter) -> Option<String> {
-    let device = event.dev_name.as_deref().unwrap_or("?");
-    if !filter.keeps(device) {
-        return None;
-    }
-    let port = event.port.map(|p| format!(" port {p}")).unwrap_or_default();
-    let netdev = event.netdev.as_deref().unwrap_or("?");
-    Some(match event.kind {
-        EventKind::Register => format!("device {device} added"),
-        EventKind::Unregister => {
-            format!("device {device} removed; its series are gone from the next scrape")
-        }
-        EventKind::NetdevAttach => format!("device {device}{port}: netdev {netdev} attached"),
-        EventKind::NetdevDetach => format!("device {device}{port}: netdev {netdev} detached"),
-        EventKind::Rename => format!("device renamed to {device}"),
-        EventKind::NetdevRename => format!("device {device}{port}: netdev renamed to {netdev}"),
-        other => format!("device {device}: event {}", other.name()),
-    })
+    runtime.block_on(serve(&settings.listen_address, exporter, web))
 }
 
 /// Bind `address`: `HOST:PORT`, `[V6]:PORT`, or `:PORT` for every interface (IPv6 and IPv4
@@ -254,32 +120,19 @@ pub async fn bind(address: &str) -> Result<tokio::net::TcpListener> {
         .with_context(|| format!("cannot listen on {address}"))
 }
 
-async fn serve(settings: Settings, exporter: Arc<Exporter>, web: Option<WebConfig>) -> Result<()> {
+async fn serve(address: &str, exporter: Arc<Exporter>, web: Option<WebConfig>) -> Result<()> {
     let app = router(exporter);
-    let listener = bind(&settings.listen_address).await?;
+    let listener = bind(address).await?;
     let local = listener.local_addr().context("reading the bound address")?;
     let Some(web) = web else {
         tracing::info!(address = %local, "listening");
-        return axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .context("serving HTTP");
+        return serve_connections(listener, app, None, shutdown_signal()).await;
     };
     let app = web.apply(app);
     let users = web.auth.as_ref().map_or(0, |a| a.users());
-    match web.tls {
-        None => {
-            tracing::info!(address = %local, tls = false, basic_auth_users = users, "listening");
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown_signal())
-                .await
-                .context("serving HTTP")
-        }
-        Some(tls) => {
-            tracing::info!(address = %local, tls = true, basic_auth_users = users, "listening");
-            serve_tls(listener, app, tls, shutdown_signal()).await
-        }
-    }
+    let tls = web.tls.is_some();
+    tracing::info!(address = %local, tls, basic_auth_users = users, "listening");
+    serve_connections(listener, app, web.tls, shutdown_signal()).await
 }
 
 /// A TLS handshake must finish within this time, or the connection is dropped.
@@ -288,19 +141,20 @@ pub const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// The request headers must arrive within this time once a connection is up.
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Serve `app` over TLS on `listener` until `shutdown` completes, then wait for the open
-/// connections to finish their requests (as `axum::serve` does with graceful shutdown).
-pub async fn serve_tls(
+/// Serve `app` on `listener`, over TLS when `tls` is given, plain HTTP/1.1 otherwise, until
+/// `shutdown` completes, then wait for the open connections to finish their requests. The one
+/// accept loop of both: the same header read timeout ([`HEADER_READ_TIMEOUT`]), accept error
+/// handling and graceful shutdown; TLS adds only the handshake ([`TLS_HANDSHAKE_TIMEOUT`]).
+pub async fn serve_connections(
     listener: tokio::net::TcpListener,
     app: Router,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::server::graceful::GracefulShutdown;
     use hyper_util::service::TowerToHyperService;
 
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let graceful = GracefulShutdown::new();
     // Connections still in their handshake are dropped at shutdown, not waited for.
     let (stopping, stop) = tokio::sync::watch::channel(false);
@@ -325,6 +179,10 @@ pub async fn serve_tls(
         let watcher = graceful.watcher();
         let mut stop = stop.clone();
         tokio::spawn(async move {
+            let Some(acceptor) = acceptor else {
+                serve_connection(tcp, service, watcher, peer).await;
+                return;
+            };
             let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
             let stream = tokio::select! {
                 done = handshake => match done {
@@ -340,19 +198,33 @@ pub async fn serve_tls(
                 },
                 _ = stop.wait_for(|stop| *stop) => return,
             };
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = watcher.watch(connection).await {
-                tracing::debug!(%peer, "connection: {e}");
-            }
+            serve_connection(stream, service, watcher, peer).await;
         });
     }
     drop(listener);
     let _ = stopping.send(true);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// Serve the HTTP/1.1 requests of one connection (plain or after its TLS handshake), watched
+/// by the graceful shutdown.
+async fn serve_connection<S>(
+    stream: S,
+    service: hyper_util::service::TowerToHyperService<Router>,
+    watcher: hyper_util::server::graceful::Watcher,
+    peer: std::net::SocketAddr,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    if let Err(e) = watcher.watch(connection).await {
+        tracing::debug!(%peer, "connection: {e}");
+    }
 }
 
 async fn shutdown_signal() {
@@ -540,161 +412,7 @@ async fn index(State(exporter): State<Arc<Exporter>>, headers: HeaderMap) -> Res
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn listen_address_forms() {
-        let any = bind(":0").await.expect(":PORT binds every interface");
-        assert!(any.local_addr().unwrap().ip().is_unspecified());
-        let lo = bind("127.0.0.1:0").await.expect("HOST:PORT");
-        assert!(lo.local_addr().unwrap().ip().is_loopback());
-        let err = bind(":http").await.unwrap_err();
-        assert!(format!("{err:#}").contains("bad port"), "{err:#}");
-        let err = bind("256.0.0.1:1").await.unwrap_err();
-        assert!(
-            format!("{err:#}").contains("cannot listen on 256.0.0.1:1"),
-            "{err:#}"
-        );
-    }
-
-    #[test]
-    fn device_events_are_logged_by_name_and_filtered() {
-        use rdmakit::nldev::EventSource;
-        let event = |kind, name: &str| Event {
-            kind,
-            dev_index: Some(9),
-            dev_name: Some(name.into()),
-            port: None,
-            netdev_index: None,
-            netdev: None,
-            source: EventSource::Poll,
-        };
-        let all = DeviceFilter::all();
-        assert_eq!(
-            event_line(&event(EventKind::Register, "rxe9"), &all).as_deref(),
-            Some("device rxe9 added")
-        );
-        assert!(event_line(&event(EventKind::Unregister, "rxe9"), &all)
-            .unwrap()
-            .starts_with("device rxe9 removed"));
-        let no_rxe9 = DeviceFilter::new(None, Some("rxe9")).unwrap();
-        assert_eq!(
-            event_line(&event(EventKind::Register, "rxe9"), &no_rxe9),
-            None
-        );
-    }
-
-    #[tokio::test]
-    async fn scrapes_beyond_max_requests_get_503() {
-        let settings = Settings {
-            listen_address: ":0".into(),
-            max_requests: 1,
-            web_config_file: None,
-            disable_compression: false,
-            gzip_level: crate::encoding::DEFAULT_GZIP_LEVEL,
-            sysfs: "/nonexistent".into(),
-            procfs: "/proc".into(),
-            scrape_timeout: None,
-            owners: Default::default(),
-            ethtool_capture: None,
-            device_include: None,
-            device_exclude: None,
-            collectors: vec!["sysfs_info"],
-            probe: Default::default(),
-            once: false,
-            print_metrics: false,
-        };
-        let exporter = Arc::new(Exporter::new(&settings).unwrap());
-        let held = Arc::clone(&exporter.permits).try_acquire_owned().unwrap();
-        let busy = metrics(State(Arc::clone(&exporter)), HeaderMap::new()).await;
-        assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
-        drop(held);
-        let ok = metrics(State(Arc::clone(&exporter)), HeaderMap::new()).await;
-        assert_eq!(ok.status(), StatusCode::OK);
-        assert_eq!(
-            ok.headers()[header::CONTENT_TYPE],
-            "text/plain; version=0.0.4; charset=utf-8"
-        );
-        assert_eq!(
-            exporter.permits.available_permits(),
-            1,
-            "the permit came back"
-        );
-        assert!(
-            exporter.collecting.available_permits() >= 1,
-            "the slot came back"
-        );
-        let held: Vec<_> = (0..exporter.collecting.available_permits())
-            .map(|_| {
-                Arc::clone(&exporter.collecting)
-                    .try_acquire_owned()
-                    .unwrap()
-            })
-            .collect();
-        // Every collection slot taken: the scrape waits instead of failing.
-        let waiting = tokio::spawn(metrics(State(Arc::clone(&exporter)), HeaderMap::new()));
-        tokio::task::yield_now().await;
-        assert!(
-            !waiting.is_finished(),
-            "a scrape waits for a collection slot"
-        );
-        drop(held);
-        assert_eq!(waiting.await.unwrap().status(), StatusCode::OK);
-    }
-}
+mod tests;
 
 #[cfg(test)]
-mod tls_tests {
-    use super::*;
-
-    /// A self-signed certificate for 127.0.0.1 (made with rcgen, written to `dir`) as a
-    /// rustls server config, loaded the way a web config file is.
-    fn tls_config(dir: &std::path::Path) -> Arc<rustls::ServerConfig> {
-        let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
-            .expect("a self-signed certificate");
-        std::fs::write(dir.join("c.pem"), made.cert.pem()).unwrap();
-        std::fs::write(dir.join("k.pem"), made.signing_key.serialize_pem()).unwrap();
-        let yaml = "tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n";
-        let web = crate::webconfig::parse(yaml, dir).expect("valid web config");
-        web.tls.expect("the web config enables TLS")
-    }
-
-    /// Shutdown does not wait for a client stuck in its TLS handshake (that would take
-    /// TLS_HANDSHAKE_TIMEOUT).
-    #[tokio::test]
-    async fn shutdown_drops_connections_in_their_handshake() {
-        let dir = std::env::temp_dir().join(format!("rdmad-server-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let tls = tls_config(&dir);
-        let listener = bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let app = Router::new().route("/healthz", get(|| async { "ok\n" }));
-        let server = tokio::spawn(serve_tls(listener, app, tls, async {
-            let _ = stopped.await;
-        }));
-        // Connected, says nothing: its handshake waits for the client hello.
-        let connected = tokio::time::Instant::now();
-        let _silent = tokio::net::TcpStream::connect(address).await.unwrap();
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let started = std::time::Instant::now();
-        stop.send(()).unwrap();
-        // Waiting for the silent client would end its handshake's timeout, which started
-        // when the server accepted it (after `connected`): returning before then is the proof.
-        let result = tokio::time::timeout_at(connected + TLS_HANDSHAKE_TIMEOUT, server).await;
-        assert!(
-            matches!(result, Ok(Ok(Ok(())))),
-            "serve_tls waited for the handshake timeout instead of dropping it: {result:?}"
-        );
-        // Past the test harness' capture, so the log shows it.
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!(
-                "figure: serve_tls returned {:.1} ms after the stop signal\n",
-                started.elapsed().as_secs_f64() * 1e3
-            ),
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+mod serve_tests;

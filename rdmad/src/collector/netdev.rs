@@ -31,7 +31,7 @@
 //!   malformed reply), else 0. A driver without the operation (`EOPNOTSUPP`) is not an
 //!   error: 0, and its series are absent. Each request costs only its own series.
 //!
-//! Netdevs come from the ports' GID attributes (as `sysfs_info`) and must exist under
+//! Netdevs come from the ports' GID attributes (`gid_attrs/ndevs/<i>`) and must exist under
 //! `<sysfs>/class/net/`, so a `--path.sysfs` tree from another machine never makes rdmad
 //! read this machine's netdevs of the same name. A bond (`class/net/<bond>/bonding/slaves`)
 //! has no statistics of its own worth exporting: its slaves are read instead. Answers come
@@ -45,9 +45,9 @@ use rdmakit::ethtool::standard::{self, Request, StandardStat};
 use rdmakit::ethtool::{
     curated, CapturedEthtool, DriverStats, EthtoolError, EthtoolSource, KernelEthtool,
 };
-use rdmakit::sysfs::ReadOptions;
+use rdmakit::sysfs::{ReadOptions, SysfsReader};
 
-use super::{Collector, CollectorConfig, CollectorSpec, Shared, SysfsSource};
+use super::{Collector, CollectorConfig, CollectorSpec, Reads, Scrape};
 use crate::metrics::{Declared, MetricSet, Value};
 use crate::options::{opt, Kind, Opt};
 use crate::{help, names};
@@ -97,6 +97,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     catalog_counters: &[Location::Netdev],
     patterns: &[],
     options: OPTIONS,
+    reads: Reads::NOTHING,
     build,
 };
 
@@ -117,27 +118,21 @@ fn build(config: &CollectorConfig) -> Box<dyn Collector> {
         None => Box::new(KernelEthtool),
     };
     Box::new(Netdev {
-        // The scrape's shared sysfs read when sysfs_info is on (it reads the netdev names);
-        // otherwise a read of our own, without counters.
-        shared: config
-            .is_enabled(super::sysfs_info::SPEC.name)
-            .then(|| super::sysfs_source(config)),
-        own: SysfsSource {
-            reader: config
-                .reader(ReadOptions {
-                    gids: true,
-                    counters: false,
-                })
-                .with_netdev_only_gids(),
-        },
+        // The scrape's sysfs snapshot when it reads the ports' netdevs for another
+        // collector; otherwise a read of our own, without counters.
+        own: config
+            .reader(ReadOptions {
+                gids: true,
+                counters: false,
+            })
+            .with_netdev_only_gids(),
         sysfs: config.sysfs.clone(),
         source,
     })
 }
 
 struct Netdev {
-    shared: Option<SysfsSource>,
-    own: SysfsSource,
+    own: SysfsReader,
     sysfs: std::path::PathBuf,
     source: Box<dyn EthtoolSource>,
 }
@@ -162,18 +157,13 @@ fn netdev_exists(sysfs: &Path, netdev: &str) -> bool {
 }
 
 impl Collector for Netdev {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
-        self.update_shared(&Shared::default(), out)
-    }
-
-    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
+    fn update(&self, scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
         let own;
-        let snapshot = match &self.shared {
-            Some(source) => shared.sysfs_snapshot(source)?,
-            None => {
-                own = self.own.reader.snapshot()?;
-                &own
-            }
+        let snapshot = if scrape.sysfs_snapshot_has_gids() {
+            scrape.sysfs_snapshot()?
+        } else {
+            own = self.own.snapshot()?;
+            &own
         };
         let mut targets = Vec::new();
         for device in &snapshot.devices {
@@ -389,7 +379,9 @@ mod tests {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sysfs/rxe");
         let config = CollectorConfig::new(root, DeviceFilter::all());
         let mut out = MetricSet::new();
-        build(&config).update(&mut out).expect("collects");
+        build(&config)
+            .update(&Scrape::of(&config, [&SPEC]), &mut out)
+            .expect("collects");
         let text = out.encode(Format::Text);
         assert!(
             text.contains(

@@ -10,10 +10,11 @@
 //! Which devices: those the device filter keeps that exist both in RDMA netlink and under
 //! `--path.sysfs` (the sysfs tree decides the device set, as for every other collector).
 //! When any port of a device fails (old kernel, a driver without `STAT_GET` support, a
-//! device going away), the device is left to `sysfs_counters`, which then reads its
-//! `hw_counters/` files: the fallback is per device and logged at debug level. The devices
-//! exported here are passed on through [`Shared`], and only when this collector succeeds.
-//! No RDMA netlink in the kernel means nothing to do, not a failure.
+//! device going away), the device is left to the sysfs snapshot, which then reads its
+//! `hw_counters/` files: the fallback is per device and logged at debug level. The answers
+//! are the scrape's ([`Scrape::netlink_port_hw`], asked once per scrape): the sysfs snapshot
+//! leaves out the port hw counters of the devices they serve, because this collector
+//! declares that it exports them ([`super::Reads::netlink_port_hw`]). No RDMA netlink in the kernel means nothing to do, not a failure.
 //!
 //! `rdma_optional_counter_enabled{device,port,counter}` (`STAT_GET_STATUS`, what `rdma
 //! statistic show link DEV/PORT optional-counters` lists): 1 for each optional counter that is
@@ -23,15 +24,13 @@
 //! When `--path.sysfs` is a copy of another machine's tree, disable this collector: netlink
 //! always reads the running kernel.
 
-use std::collections::BTreeSet;
-
 use rdmakit::catalog::{Catalog, Location};
 use rdmakit::model::{Counter, CounterSource};
 use rdmakit::nldev::PortHwCounters;
-use rdmakit::sysfs::{DeviceFilter, SysfsReader};
+use rdmakit::sysfs::SysfsReader;
 use std::path::PathBuf;
 
-use super::{Collector, CollectorConfig, CollectorSpec, Shared};
+use super::{Collector, CollectorConfig, CollectorSpec, Reads, Scrape};
 use crate::metrics::{Declared, MetricSet, Value};
 use crate::{help, names};
 
@@ -44,6 +43,10 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     catalog_counters: &[Location::PortHwCounters, Location::PortNetlink],
     patterns: &["rdma_port_hw_<counter>_total"],
     options: &[],
+    reads: Reads {
+        netlink_port_hw: true,
+        ..Reads::NOTHING
+    },
     build,
 };
 
@@ -55,80 +58,33 @@ const OPTIONAL_ENABLED: Declared = Declared::gauge(
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
     Box::new(NetlinkCounters {
         sysfs: config.sysfs.clone(),
-        filter: config.filter.clone(),
     })
 }
 
 struct NetlinkCounters {
-    /// The sysfs root: only devices it shows are exported.
+    /// The sysfs root, for the devices' drivers.
     sysfs: PathBuf,
-    filter: DeviceFilter,
 }
 
 impl Collector for NetlinkCounters {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
-        self.update_shared(&Shared::default(), out)
-    }
-
-    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
-        let in_sysfs = shared.sysfs_device_names(&self.sysfs)?;
-        let done = shared.netlink(|netlink| {
-            let mut done = BTreeSet::new();
-            for dev in netlink.devices()? {
-                if !self.filter.keeps(&dev.name) || !in_sysfs.contains(&dev.name) {
-                    continue;
-                }
-                let client = netlink.client();
-                let ports = match dev.port_count {
-                    Some(n) => (1..=n).collect::<Vec<u32>>(),
-                    None => match client.ports(&dev) {
-                        Ok(ports) => ports.iter().map(|p| p.port).collect(),
-                        Err(e) => {
-                            tracing::debug!(device = dev.name, "netlink ports: {e}; using sysfs");
-                            continue;
-                        }
-                    },
-                };
-                let mut answers = Vec::with_capacity(ports.len());
-                for &port in &ports {
-                    // Which optional counters exist and which are on; a driver without any
-                    // answers with an error or an empty list (nothing exported).
-                    match client.counter_status(dev.index, &dev.name, port) {
-                        Ok(status) => export_optional(out, &status)?,
-                        Err(e) => {
-                            tracing::debug!(device = dev.name, port, "optional counters: {e}")
-                        }
-                    }
-                }
-                for port in ports {
-                    match client.port_counters(dev.index, &dev.name, port) {
-                        Ok(counters) => answers.push(counters),
-                        Err(e) => {
-                            tracing::debug!(
-                                device = dev.name,
-                                port,
-                                "netlink STAT_GET: {e}; using sysfs"
-                            );
-                            answers.clear();
-                            break;
-                        }
-                    }
-                }
-                if answers.is_empty() {
-                    continue;
-                }
-                // Kind, unit and HELP from the catalog family of the device's driver, as
-                // sysfs_counters finds it, so that both sources give one name.
-                let driver = SysfsReader::new(&self.sysfs).device_driver(&dev.name);
-                for answer in &answers {
-                    export_port(out, answer, driver.as_deref())?;
-                }
-                done.insert(dev.name);
+    fn update(&self, scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
+        // Read by the scrape, once: the sysfs snapshot leaves out what it serves.
+        let Some(hw) = scrape.netlink_port_hw()? else {
+            return Ok(());
+        };
+        for device in &hw.devices {
+            for status in &device.optional {
+                export_optional(out, status)?;
             }
-            Ok(done)
-        })?;
-        if let Some(done) = done {
-            shared.set_netlink_hw_devices(done);
+            if device.counters.is_empty() {
+                continue;
+            }
+            // Kind, unit and HELP from the catalog family of the device's driver, as
+            // the sysfs counters get it, so that both sources give one name.
+            let driver = SysfsReader::new(&self.sysfs).device_driver(&device.name);
+            for answer in &device.counters {
+                export_port(out, answer, driver.as_deref())?;
+            }
         }
         Ok(())
     }
@@ -198,7 +154,7 @@ pub(crate) fn export_port(
             metric.value,
         );
         if let Err(e) = added {
-            // Two counters sanitizing to one name: keep the first, like sysfs_counters.
+            // Two counters sanitizing to one name: keep the first, as for the sysfs files.
             tracing::debug!(device = answer.dev_name, counter = hw.name, "{e}");
         }
     }
@@ -315,20 +271,68 @@ mod tests {
     }
 
     #[test]
-    fn without_rdma_netlink_nothing_is_exported_and_nothing_is_shared() {
+    fn without_rdma_netlink_nothing_is_exported_and_nothing_is_served() {
         // On the build host there is no RDMA netlink (or no device named like the fixture's).
         let config = CollectorConfig::new(
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sysfs/mlx5-ib"),
             DeviceFilter::all(),
         );
-        let shared = Shared::default();
+        let scrape = Scrape::of(&config, [&SPEC]);
         let mut out = MetricSet::new();
-        let result = build(&config).update_shared(&shared, &mut out);
+        let result = build(&config).update(&scrape, &mut out);
         if result.is_ok() {
-            assert!(!shared.netlink_hw_device("mlx5_0"));
+            let served = scrape.netlink_port_hw().unwrap();
+            assert!(!served.is_some_and(|hw| hw.serves("mlx5_0")));
             assert_eq!(out.names().count(), 0);
         }
     }
 
+    #[test]
+    fn a_device_netlink_does_not_serve_keeps_only_its_optional_counters() {
+        use crate::collector::{NetlinkPortHw, NetlinkPortHwDevice};
+        let config = CollectorConfig::new("/nonexistent", DeviceFilter::all());
+        let answer = |dev: &str, counters| PortHwCounters {
+            dev_index: 1,
+            dev_name: dev.into(),
+            port: 1,
+            counters,
+        };
+        let hw = NetlinkPortHw {
+            devices: vec![
+                NetlinkPortHwDevice {
+                    name: "rxe0".into(),
+                    optional: vec![answer("rxe0", vec![hw("cc_rx_ce_pkts", None, Some(true))])],
+                    counters: vec![answer("rxe0", vec![hw("sent_pkts", Some(41), None)])],
+                },
+                // A port failed STAT_GET: its counters are the sysfs snapshot's.
+                NetlinkPortHwDevice {
+                    name: "rxe1".into(),
+                    optional: vec![answer("rxe1", vec![hw("cc_rx_ce_pkts", None, Some(false))])],
+                    counters: Vec::new(),
+                },
+            ],
+        };
+        assert!(hw.serves("rxe0") && !hw.serves("rxe1"));
+        let scrape = Scrape::of(&config, [&SPEC]).with_netlink_port_hw(hw);
+        let mut out = MetricSet::new();
+        build(&config).update(&scrape, &mut out).unwrap();
+        let text = out.encode(Format::Text);
+        assert!(
+            text.contains("rdma_port_hw_sent_pkts_total{device=\"rxe0\",port=\"1\"} 41\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("rdma_port_hw_sent_pkts_total{device=\"rxe1\""),
+            "{text}"
+        );
+        for (dev, on) in [("rxe0", 1), ("rxe1", 0)] {
+            let line = format!(
+                "rdma_optional_counter_enabled{{device=\"{dev}\",port=\"1\",counter=\"cc_rx_ce_pkts\"}} {on}\n"
+            );
+            assert!(text.contains(&line), "{text}");
+        }
+    }
+
+    use rdmakit::sysfs::DeviceFilter;
     use std::path::PathBuf;
 }

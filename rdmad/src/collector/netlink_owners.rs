@@ -28,7 +28,7 @@ use anyhow::Context;
 use rdmakit::attribution::{OwnerKey, Tally, TallyOptions};
 use rdmakit::sysfs::DeviceFilter;
 
-use super::{Collector, CollectorConfig, CollectorSpec, Shared};
+use super::{Collector, CollectorConfig, CollectorSpec, Reads, Scrape};
 use crate::metrics::{Declared, MetricSet, Value};
 use crate::options::{opt, Kind, Opt, Values};
 
@@ -62,6 +62,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     catalog_counters: &[],
     patterns: &[],
     options: OPTIONS,
+    reads: Reads::NOTHING,
     build,
 };
 
@@ -138,7 +139,6 @@ impl OwnerSettings {
 
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
     Box::new(NetlinkOwners {
-        sysfs: config.sysfs.clone(),
         procfs: config.procfs.clone(),
         filter: config.filter.clone(),
         settings: config.owners.clone(),
@@ -146,7 +146,6 @@ fn build(config: &CollectorConfig) -> Box<dyn Collector> {
 }
 
 struct NetlinkOwners {
-    sysfs: PathBuf,
     procfs: PathBuf,
     filter: DeviceFilter,
     settings: OwnerSettings,
@@ -168,19 +167,15 @@ fn owner_labels(owner: &OwnerKey) -> Vec<(&'static str, String)> {
 }
 
 impl Collector for NetlinkOwners {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
-        self.update_shared(&Shared::default(), out)
-    }
-
-    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
-        let in_sysfs = shared.sysfs_device_names(&self.sysfs)?;
+    fn update(&self, scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
+        let in_sysfs = scrape.sysfs_device_names()?;
         let mut tally = Tally::new(TallyOptions {
             proc_root: self.procfs.clone(),
             pids: self.settings.pid,
             max_objects: self.settings.max_objects,
-            deadline: shared.deadline(),
+            deadline: scrape.deadline(),
         });
-        let done = shared.netlink(|netlink| {
+        let done = scrape.netlink(|netlink| {
             let devices: Vec<_> = netlink
                 .devices()?
                 .into_iter()
@@ -200,7 +195,7 @@ impl Collector for NetlinkOwners {
         let report = tally.finish(self.settings.max_owners);
         export(out, &report)?;
         if report.timed_out {
-            shared.mark_timed_out(SPEC.name);
+            scrape.mark_timed_out(SPEC.name);
         }
         Ok(())
     }

@@ -21,9 +21,8 @@
 use rdmakit::nldev::ids::counter_mode;
 use rdmakit::nldev::BoundCounter;
 use rdmakit::sysfs::DeviceFilter;
-use std::path::PathBuf;
 
-use super::{Collector, CollectorConfig, CollectorSpec, Shared};
+use super::{Collector, CollectorConfig, CollectorSpec, Reads, Scrape};
 use crate::metrics::{Declared, MetricSet, Value};
 use crate::names;
 
@@ -57,30 +56,24 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     catalog_counters: &[],
     patterns: &["rdma_qp_<counter>_total"],
     options: &[],
+    reads: Reads::NOTHING,
     build,
 };
 
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
     Box::new(NetlinkQpCounters {
-        sysfs: config.sysfs.clone(),
         filter: config.filter.clone(),
     })
 }
 
 struct NetlinkQpCounters {
-    /// The sysfs root: only devices it shows are exported.
-    sysfs: PathBuf,
     filter: DeviceFilter,
 }
 
 impl Collector for NetlinkQpCounters {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
-        self.update_shared(&Shared::default(), out)
-    }
-
-    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
-        let in_sysfs = shared.sysfs_device_names(&self.sysfs)?;
-        shared.netlink(|netlink| {
+    fn update(&self, scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
+        let in_sysfs = scrape.sysfs_device_names()?;
+        scrape.netlink(|netlink| {
             for dev in netlink.devices()? {
                 if !self.filter.keeps(&dev.name) || !in_sysfs.contains(&dev.name) {
                     continue;

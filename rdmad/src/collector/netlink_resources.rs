@@ -11,7 +11,7 @@
 use anyhow::Context;
 use rdmakit::sysfs::DeviceFilter;
 
-use super::{Collector, CollectorConfig, CollectorSpec, Shared};
+use super::{Collector, CollectorConfig, CollectorSpec, Reads, Scrape};
 use crate::metrics::{Declared, MetricSet, Value};
 
 /// The families this collector adds (all of them: see [`CollectorSpec::metrics`]).
@@ -29,6 +29,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     catalog_counters: &[],
     patterns: &[],
     options: &[],
+    reads: Reads::NOTHING,
     build,
 };
 
@@ -43,12 +44,8 @@ struct NetlinkResources {
 }
 
 impl Collector for NetlinkResources {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
-        self.update_shared(&Shared::default(), out)
-    }
-
-    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
-        let summaries = shared.netlink(|netlink| {
+    fn update(&self, scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
+        let summaries = scrape.netlink(|netlink| {
             netlink
                 .client()
                 .resource_summary()

@@ -82,7 +82,7 @@
 //! the `verbs` feature, so it is tested in either build. The snapshot holds no key, rkey or
 //! address, so none can reach a label.
 
-use super::{Collector, CollectorConfig, CollectorSpec};
+use super::{Collector, CollectorConfig, CollectorSpec, Reads, Scrape};
 use crate::options::{opt, Kind, Opt, Values};
 use rdma_probe::{ProbeSnapshot, TargetResult};
 use std::collections::HashMap;
@@ -213,6 +213,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     catalog_counters: &[],
     patterns: &[],
     options: OPTIONS,
+    reads: Reads::NOTHING,
     build,
 };
 
@@ -554,7 +555,7 @@ struct Probes {
 }
 
 impl Collector for Probes {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
+    fn update(&self, _scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
         #[cfg(feature = "verbs")]
         if let Some(handle) = &self.source.handle {
             emit(&handle.snapshot(), !self.source.no_peer_histograms, out)?;

@@ -18,7 +18,7 @@ use anyhow::Context;
 use rdmakit::rdmacg;
 use rdmakit::sysfs::DeviceFilter;
 
-use super::{Collector, CollectorConfig, CollectorSpec};
+use super::{Collector, CollectorConfig, CollectorSpec, Reads, Scrape};
 use crate::metrics::{Declared, MetricSet, Value};
 
 const CURRENT: Declared = Declared::gauge(
@@ -46,6 +46,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     catalog_counters: &[],
     patterns: &[],
     options: &[],
+    reads: Reads::NOTHING,
     build,
 };
 
@@ -62,7 +63,7 @@ struct RdmaCgroup {
 }
 
 impl Collector for RdmaCgroup {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
+    fn update(&self, _scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
         if !rdmacg::has_controller(&self.root)? {
             return Ok(());
         }
@@ -136,7 +137,9 @@ mod tests {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../crates/rdmakit/tests/data/cgroup-rdma");
         let mut out = MetricSet::new();
-        collector(root).update(&mut out).unwrap();
+        collector(root)
+            .update(&Scrape::detached(), &mut out)
+            .unwrap();
         let text = out.encode(Format::Text);
         let b = "cgroup=\"/lab.slice/job-b.scope\",device=\"rxe0\",resource=\"hca_object\"";
         assert!(
@@ -166,7 +169,7 @@ mod tests {
     fn no_controller_is_no_output_and_no_failure() {
         let mut out = MetricSet::new();
         collector(std::env::temp_dir().join("rdmad-no-cgroup-here"))
-            .update(&mut out)
+            .update(&Scrape::detached(), &mut out)
             .unwrap();
         assert!(out.names().next().is_none());
     }

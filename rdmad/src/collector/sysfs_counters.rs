@@ -12,21 +12,23 @@
 //! file's metric) are counted in `rdma_sysfs_read_errors{collector="sysfs_counters",device}`,
 //! reported every scrape (0 when all is well), and logged at debug level with their path.
 //! The device filter is applied by the sysfs reader before any file of a device is opened;
-//! GID tables are not read. The port `hw_counters/` of devices whose counters the
-//! `netlink_counters` collector exported in this scrape are not read (only their `lifespan`,
-//! the sysfs cache period netlink does not report); every other device, and every device when
-//! netlink is off or failed for it, is read whole from sysfs.
+//! It exports the scrape's sysfs snapshot ([`Scrape::sysfs_snapshot`]): when an enabled
+//! collector exports the port hw counters RDMA netlink serves, the snapshot leaves out the port
+//! `hw_counters/` of the devices netlink serves in this scrape (all but their `lifespan`, the
+//! sysfs cache period netlink does not report); every other device, and every device when no
+//! such collector is enabled or netlink failed for it, is read whole from sysfs.
 
 use std::sync::Mutex;
 
 use rustc_hash::FxHashMap;
 
-use rdmakit::model::{Counter, CounterKind, CounterSource, Snapshot, SourceError, Unit};
+use rdmakit::model::{Counter, CounterKind, CounterSource, Unit};
 
-use super::{Collector, CollectorConfig, CollectorSpec, Shared};
+use super::scrape::{is_counter_path, report_read_errors, READ_ERRORS};
+use super::{Collector, CollectorConfig, CollectorSpec, Reads, Scrape};
 use rdmakit::catalog::Location;
 
-use crate::metrics::{AddError, Declared, Kind, MetricSet, Value};
+use crate::metrics::{Kind, MetricSet};
 use crate::{help, names};
 
 /// The table row.
@@ -46,19 +48,20 @@ pub const SPEC: CollectorSpec = CollectorSpec {
         "rdma_device_hw_<file>_total",
     ],
     options: &[],
+    reads: Reads {
+        sysfs_counters: true,
+        ..Reads::NOTHING
+    },
     build,
 };
 
-fn build(config: &CollectorConfig) -> Box<dyn Collector> {
+fn build(_config: &CollectorConfig) -> Box<dyn Collector> {
     Box::new(SysfsCounters {
-        // Shared with sysfs_info: one read per scrape.
-        source: super::sysfs_source(config),
         names: Mutex::new(Names::default()),
     })
 }
 
 struct SysfsCounters {
-    source: super::SysfsSource,
     /// How each counter file is exported, kept across scrapes (see [`Names`]).
     names: Mutex<Names>,
 }
@@ -119,12 +122,8 @@ impl Names {
 }
 
 impl Collector for SysfsCounters {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
-        self.update_shared(&Shared::default(), out)
-    }
-
-    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
-        let snapshot = shared.sysfs_snapshot(&self.source)?;
+    fn update(&self, scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
+        let snapshot = scrape.sysfs_snapshot()?;
         let mut unexported: Vec<(String, String)> = Vec::new();
         // A panic elsewhere while holding it leaves only a cache behind: use it anyway.
         let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
@@ -195,54 +194,6 @@ impl Collector for SysfsCounters {
     }
 }
 
-/// Whether a sysfs error path is inside a counter directory.
-pub(crate) fn is_counter_path(path: &str) -> bool {
-    path.split('/')
-        .any(|part| part == "counters" || part == "hw_counters")
-}
-
-/// `rdma_sysfs_read_errors`, written by both sysfs collectors.
-pub(crate) const READ_ERRORS: Declared = Declared::gauge(
-    "rdma_sysfs_read_errors",
-    "Files a collector could not read, parse or export for a device in this scrape",
-);
-
-/// Write `rdma_sysfs_read_errors{collector,device}` for every device of the snapshot (0 when
-/// clean), counting the errors `relevant` selects (each logged at debug level) plus one per
-/// entry of `more` (device names of files the collector could not export).
-pub(crate) fn report_read_errors(
-    out: &mut MetricSet,
-    collector: &'static str,
-    snapshot: &Snapshot,
-    relevant: impl Fn(&SourceError) -> bool,
-    more: &[&str],
-) -> Result<(), AddError> {
-    let mut counts: Vec<(String, u64)> = snapshot
-        .devices
-        .iter()
-        .map(|d| (d.name.clone(), 0))
-        .collect();
-    let mut count = |device: &str| match counts.iter_mut().find(|(d, _)| d == device) {
-        Some((_, n)) => *n += 1,
-        None => counts.push((device.to_string(), 1)),
-    };
-    for error in snapshot.errors.iter().filter(|e| relevant(e)) {
-        tracing::debug!(collector, "{error}");
-        count(error.device.as_deref().unwrap_or_default());
-    }
-    for device in more {
-        count(device);
-    }
-    for (device, n) in counts {
-        out.add_declared_labels(
-            &READ_ERRORS,
-            &[("collector", collector), ("device", device.as_str())],
-            Value::Int(n),
-        )?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,7 +209,9 @@ mod tests {
             filter,
         );
         let mut out = MetricSet::new();
-        build(&config).update(&mut out).expect("collects");
+        build(&config)
+            .update(&Scrape::of(&config, [&SPEC]), &mut out)
+            .expect("collects");
         out.encode(Format::Text)
     }
 
@@ -268,12 +221,10 @@ mod tests {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sysfs/rxe"),
             DeviceFilter::all(),
         );
-        let shared = Shared::default();
-        shared.set_netlink_hw_devices(["rxe0".to_string()].into());
+        let scrape = Scrape::of(&config, [&SPEC])
+            .with_netlink_port_hw(crate::collector::NetlinkPortHw::serving(&["rxe0"]));
         let mut out = MetricSet::new();
-        build(&config)
-            .update_shared(&shared, &mut out)
-            .expect("collects");
+        build(&config).update(&scrape, &mut out).expect("collects");
         let text = out.encode(Format::Text);
         assert!(!text.contains("rdma_port_hw_sent_pkts_total"), "{text}");
         assert!(
@@ -371,7 +322,9 @@ mod tests {
         let collector = build(&config);
         let scrape = || {
             let mut out = MetricSet::new();
-            collector.update(&mut out).expect("collects");
+            collector
+                .update(&Scrape::of(&config, [&SPEC]), &mut out)
+                .expect("collects");
             out.encode(Format::Text)
         };
         let first = scrape();

@@ -32,7 +32,7 @@
 //! and no GID is opened by this collector: the netdev comes from `gid_attrs/ndevs/<i>`,
 //! read in index order up to the first one that names a netdev (none on InfiniBand ports).
 
-use super::{Collector, CollectorConfig, CollectorSpec, Shared};
+use super::{Collector, CollectorConfig, CollectorSpec, Reads, Scrape};
 use crate::metrics::{Declared, MetricSet, Value};
 
 /// The families this collector adds (all of them: see [`CollectorSpec::metrics`]).
@@ -93,25 +93,29 @@ pub const SPEC: CollectorSpec = CollectorSpec {
         PORT_LINK_WIDTH_LANES,
         PORT_LANE_RATE,
         PORT_EFFECTIVE_RATE,
-        super::sysfs_counters::READ_ERRORS,
+        super::scrape::READ_ERRORS,
     ],
     catalog_counters: &[],
     patterns: &[],
     options: &[],
+    reads: Reads {
+        sysfs_gids: true,
+        ..Reads::NOTHING
+    },
     build,
 };
 
+/// The port's netdev comes from the GID attributes, which the scrape's sysfs snapshot reads
+/// for it only up to the first netdev (not the whole 1024-entry table of a RoCE port).
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
     Box::new(SysfsInfo {
-        // The port's netdev comes from the GID attributes: read only up to the first netdev
-        // (not the whole 1024-entry table of a RoCE port). Counters are read only when
-        // sysfs_counters is on, which then uses the same snapshot.
-        source: super::sysfs_source(config),
+        root: config.sysfs.clone(),
     })
 }
 
 struct SysfsInfo {
-    source: super::SysfsSource,
+    /// The sysfs root, for the netdevs' speeds.
+    root: std::path::PathBuf,
 }
 
 /// The speed of `netdev` in bits per second (`<root>/class/net/<netdev>/speed`, Mb/s), when
@@ -133,12 +137,8 @@ fn netdev_speed_bits(root: &std::path::Path, netdev: &str) -> Option<u64> {
 }
 
 impl Collector for SysfsInfo {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
-        self.update_shared(&Shared::default(), out)
-    }
-
-    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
-        let snapshot = shared.sysfs_snapshot(&self.source)?;
+    fn update(&self, scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
+        let snapshot = scrape.sysfs_snapshot()?;
         let mut numbers = itoa::Buffer::new();
         for device in &snapshot.devices {
             fn text(v: &Option<String>) -> &str {
@@ -235,7 +235,7 @@ impl Collector for SysfsInfo {
                     Some("Ethernet") => port
                         .netdev
                         .as_deref()
-                        .and_then(|nd| netdev_speed_bits(self.source.reader.root(), nd)),
+                        .and_then(|nd| netdev_speed_bits(&self.root, nd)),
                     _ => None,
                 };
                 if let Some(bits) = effective {
@@ -246,11 +246,11 @@ impl Collector for SysfsInfo {
                 }
             }
         }
-        super::sysfs_counters::report_read_errors(
+        super::scrape::report_read_errors(
             out,
             SPEC.name,
             snapshot,
-            |e| !super::sysfs_counters::is_counter_path(&e.path),
+            |e| !super::scrape::is_counter_path(&e.path),
             &[],
         )?;
         Ok(())
@@ -274,7 +274,9 @@ mod tests {
     fn rxe_fixture_info() {
         let config = CollectorConfig::new(fixture("rxe"), DeviceFilter::all());
         let mut out = MetricSet::new();
-        build(&config).update(&mut out).expect("collects");
+        build(&config)
+            .update(&Scrape::of(&config, [&SPEC]), &mut out)
+            .expect("collects");
         let text = out.encode(Format::Text);
         assert!(
             text.contains("rdma_port_info{device=\"rxe0\",port=\"1\",link_layer=\"Ethernet\",netdev=\"eth0\",state=\"ACTIVE\",phys_state=\"LinkUp\",link_width=\"1X\",link_speed=\"\"} 1\n"),
@@ -293,7 +295,9 @@ mod tests {
     fn missing_class_dir_is_no_devices_not_an_error() {
         let config = CollectorConfig::new("/nonexistent-sysfs-root", DeviceFilter::all());
         let mut out = MetricSet::new();
-        build(&config).update(&mut out).expect("no devices is fine");
+        build(&config)
+            .update(&Scrape::of(&config, [&SPEC]), &mut out)
+            .expect("no devices is fine");
         assert_eq!(out.names().count(), 0);
     }
 }

@@ -1,9 +1,17 @@
 use super::*;
 use crate::metrics::{Format, Kind};
+use std::sync::{mpsc, Mutex};
+use workers::{lock, Job};
+
+/// The inputs of collectors that read none.
+fn no_inputs() -> Arc<Inputs> {
+    let config = CollectorConfig::new("/nonexistent", DeviceFilter::all());
+    Arc::new(Inputs::new(&config, []))
+}
 
 struct Failing;
 impl Collector for Failing {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
+    fn update(&self, _scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
         out.add(
             "rdma_partial",
             Kind::Gauge,
@@ -17,14 +25,14 @@ impl Collector for Failing {
 
 struct Panicking;
 impl Collector for Panicking {
-    fn update(&self, _out: &mut MetricSet) -> anyhow::Result<()> {
+    fn update(&self, _scrape: &Scrape, _out: &mut MetricSet) -> anyhow::Result<()> {
         panic!("collector bug")
     }
 }
 
 struct Fine;
 impl Collector for Fine {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
+    fn update(&self, _scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
         out.add(
             "rdma_fine",
             Kind::Gauge,
@@ -45,7 +53,7 @@ fn failing_and_panicking_collectors_do_not_fail_the_scrape() {
             ("fine", Arc::new(Fine)),
         ],
         timeout: None,
-        responses: None,
+        inputs: no_inputs(),
         workers: Workers::default(),
     };
     let text = collectors.scrape().encode(Format::Text);
@@ -61,41 +69,23 @@ fn failing_and_panicking_collectors_do_not_fail_the_scrape() {
 }
 
 #[test]
-fn responses_are_exported_by_encoding_when_serving_only() {
-    let fine = || Collectors {
+fn the_scrape_exports_no_responses() {
+    let collectors = Collectors {
         enabled: vec![("fine", Arc::new(Fine) as Arc<dyn Collector>)],
         timeout: None,
-        responses: None,
+        inputs: no_inputs(),
         workers: Workers::default(),
     };
-    let once = fine().scrape().encode(Format::Text);
-    assert!(!once.contains("rdma_exporter_metrics_responses"), "{once}");
-    let counts = Arc::new(ResponseCounts::default());
-    let serving = fine().with_responses(Arc::clone(&counts));
-    let text = serving.scrape().encode(Format::Text);
-    for encoding in ["gzip", "zstd", "identity"] {
-        let line = format!("rdma_exporter_metrics_responses_total{{encoding=\"{encoding}\"}} 0\n");
-        assert!(text.contains(&line), "{text}");
-    }
-    assert!(text.contains("# TYPE rdma_exporter_metrics_responses_total counter\n"));
-    counts.record(Some("gzip"));
-    counts.record(Some("gzip"));
-    counts.record(None);
-    counts.record(Some("identity"));
-    counts.record(Some("br"));
-    let text = serving.scrape().encode(Format::Text);
-    assert!(text.contains("rdma_exporter_metrics_responses_total{encoding=\"gzip\"} 2\n"));
-    assert!(text.contains("rdma_exporter_metrics_responses_total{encoding=\"zstd\"} 0\n"));
-    assert!(
-        text.contains("rdma_exporter_metrics_responses_total{encoding=\"identity\"} 2\n"),
-        "{text}"
-    );
+    let text = collectors.scrape().encode(Format::Text);
+    assert!(text.contains("rdma_fine 2\n"), "{text}");
+    // The HTTP server adds them (crate::responses).
+    assert!(!text.contains("rdma_exporter_metrics_responses"), "{text}");
 }
 
 /// A collector that blocks until the test releases it (the stall hook).
 struct Stalling(Mutex<mpsc::Receiver<()>>);
 impl Collector for Stalling {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
+    fn update(&self, _scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
         let _ = self.0.lock().unwrap().recv();
         out.add(
             "rdma_stalled",
@@ -112,10 +102,7 @@ impl Collector for Stalling {
 /// and stops with what it has.
 struct Watching;
 impl Collector for Watching {
-    fn update(&self, _out: &mut MetricSet) -> anyhow::Result<()> {
-        unreachable!("the scrape calls update_shared")
-    }
-    fn update_shared(&self, shared: &Shared, out: &mut MetricSet) -> anyhow::Result<()> {
+    fn update(&self, scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
         out.add(
             "rdma_partial",
             Kind::Gauge,
@@ -123,10 +110,10 @@ impl Collector for Watching {
             vec![],
             Value::Int(3),
         )?;
-        while !shared.past_deadline() {
+        while !scrape.past_deadline() {
             std::thread::sleep(Duration::from_millis(5));
         }
-        shared.mark_timed_out("watching");
+        scrape.mark_timed_out("watching");
         Ok(())
     }
 }
@@ -141,7 +128,7 @@ fn a_stalled_collector_is_left_behind_at_the_deadline_and_the_others_are_exporte
             ("fine", Arc::new(Fine)),
         ],
         timeout: Some(Duration::from_secs(2)),
-        responses: None,
+        inputs: no_inputs(),
         workers: Workers::default(),
     };
     let text = collectors.scrape().encode(Format::Text);
@@ -219,44 +206,67 @@ fn collector_threads_are_kept_and_a_stuck_one_delays_no_other() {
 }
 
 #[test]
-fn a_past_deadline_bounds_the_netlink_socket_and_the_sysfs_wait() {
-    // A scrape whose deadline has passed: waiting for netlink_counters returns at once.
-    let shared = Shared::new(Some(Instant::now()), true);
-    shared.wait_netlink_hw_ready();
-    assert!(shared.past_deadline());
-    // Without a deadline, the wait ends when netlink_counters says so.
-    let shared = Arc::new(Shared::new(None, true));
-    let s2 = Arc::clone(&shared);
-    let t = std::thread::spawn(move || s2.wait_netlink_hw_ready());
-    shared.set_netlink_hw_ready();
-    t.join().unwrap();
-}
-
-#[test]
 fn sysfs_device_names_are_listed_once_per_scrape() {
     let root = std::env::temp_dir().join(format!("rdmad-shared-{}", std::process::id()));
     let class = root.join("class/infiniband");
     std::fs::create_dir_all(class.join("mlx5_1")).unwrap();
     std::fs::create_dir_all(class.join("mlx5_0")).unwrap();
-    let shared = Shared::default();
-    assert_eq!(
-        shared.sysfs_device_names(&root).unwrap(),
-        ["mlx5_0", "mlx5_1"]
-    );
+    let config = CollectorConfig::new(&root, DeviceFilter::all());
+    let scrape = || Scrape::of(&config, []);
+    let first = scrape();
+    assert_eq!(first.sysfs_device_names().unwrap(), ["mlx5_0", "mlx5_1"]);
     // A device that appears during the scrape shows up in the next scrape, not this one.
     std::fs::create_dir_all(class.join("mlx5_2")).unwrap();
-    assert_eq!(shared.sysfs_device_names(&root).unwrap().len(), 2);
-    assert_eq!(
-        Shared::default().sysfs_device_names(&root).unwrap().len(),
-        3
-    );
+    assert_eq!(first.sysfs_device_names().unwrap().len(), 2);
+    assert_eq!(scrape().sysfs_device_names().unwrap().len(), 3);
     std::fs::remove_dir_all(&root).unwrap();
     // An unreadable class directory is an error for every collector that asks.
     std::fs::write(&root, "not a directory").unwrap();
-    let shared = Shared::default();
-    assert!(shared.sysfs_device_names(&root).is_err());
-    assert!(shared.sysfs_device_names(&root).is_err());
+    let broken = scrape();
+    assert!(broken.sysfs_device_names().is_err());
+    assert!(broken.sysfs_device_names().is_err());
     std::fs::remove_file(&root).unwrap();
+}
+
+#[test]
+fn the_snapshot_reads_what_the_enabled_collectors_declare() {
+    let config = CollectorConfig::new("/nonexistent", DeviceFilter::all());
+    let reads = |names: &[&str]| {
+        Inputs::new(&config, TABLE.iter().filter(|s| names.contains(&s.name))).reads()
+    };
+    assert_eq!(reads(&[]), Reads::NOTHING);
+    let all = reads(&TABLE.iter().map(|s| s.name).collect::<Vec<_>>());
+    assert!(
+        all.sysfs_gids && all.sysfs_counters && all.netlink_port_hw,
+        "{all:?}"
+    );
+    // Each declaration comes from its own collector: one enabled alone reads only its own.
+    for spec in TABLE {
+        assert_eq!(reads(&[spec.name]), spec.reads, "{}", spec.name);
+    }
+}
+
+#[test]
+fn the_snapshot_leaves_out_the_port_hw_counters_netlink_serves() {
+    // No enabled collector exports netlink's port hw counters: the snapshot has them all.
+    let root =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sysfs/rxe");
+    let config = CollectorConfig::new(&root, DeviceFilter::all());
+    let counters = TABLE.iter().filter(|s| s.reads.sysfs_counters);
+    let scrape = Scrape::of(&config, counters.clone());
+    let hw = |snapshot: &rdmakit::model::Snapshot| {
+        snapshot.devices[0].ports[0]
+            .counters
+            .iter()
+            .filter(|c| c.source == rdmakit::model::CounterSource::Hw)
+            .count()
+    };
+    let all = hw(scrape.sysfs_snapshot().unwrap());
+    assert!(all > 1, "{all}");
+    let served =
+        Scrape::of(&config, counters).with_netlink_port_hw(NetlinkPortHw::serving(&["rxe0"]));
+    // Only `lifespan`, which netlink does not report, is left.
+    assert_eq!(hw(served.sysfs_snapshot().unwrap()), 1);
 }
 
 #[test]

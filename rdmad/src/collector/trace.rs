@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rdma_trace::{Selection, TraceCollector, TraceStats};
 use rdmakit::sysfs::DeviceFilter;
 
-use super::{Collector, CollectorConfig, CollectorSpec, Reported};
+use super::{Collector, CollectorConfig, CollectorSpec, Reads, Reported, Scrape};
 use crate::metrics::{Declared, Histogram, MetricSet, Value};
 
 /// The families this collector adds (all of them: see [`CollectorSpec::metrics`]).
@@ -74,6 +74,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     catalog_counters: &[],
     patterns: &[],
     options: &[],
+    reads: Reads::NOTHING,
     build,
 };
 
@@ -108,7 +109,7 @@ struct Trace {
 }
 
 impl Collector for Trace {
-    fn update(&self, out: &mut MetricSet) -> anyhow::Result<()> {
+    fn update(&self, _scrape: &Scrape, out: &mut MetricSet) -> anyhow::Result<()> {
         let tracer = match &self.tracer {
             Ok(tracer) => tracer,
             Err(reason) => return Err(Reported(reason.clone()).into()),
@@ -439,7 +440,9 @@ mod tests {
     fn without_bpf_the_collector_fails_with_the_reason_and_does_not_panic() {
         let config = CollectorConfig::new("/nonexistent", DeviceFilter::all());
         let collector = (SPEC.build)(&config);
-        let err = collector.update(&mut MetricSet::new()).unwrap_err();
+        let err = collector
+            .update(&Scrape::detached(), &mut MetricSet::new())
+            .unwrap_err();
         assert!(err.is::<Reported>(), "{err:#}");
         assert!(
             err.to_string().contains("built without BPF support"),

@@ -505,7 +505,7 @@ fn without_an_engine_the_collector_adds_nothing() {
         source: ProbeSource::default(),
     };
     let mut set = MetricSet::new();
-    collector.update(&mut set).unwrap();
+    collector.update(&Scrape::detached(), &mut set).unwrap();
     assert_eq!(set.names().count(), 0);
 }
 
