@@ -63,14 +63,19 @@ impl ProbeOp {
     }
 }
 
+/// A probe op name that is none of `send`, `write`, `read` (the name, lowercased).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown probe op {0:?} (send, write or read)")]
+pub struct UnknownProbeOp(pub String);
+
 impl std::str::FromStr for ProbeOp {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownProbeOp;
+    fn from_str(s: &str) -> Result<Self, UnknownProbeOp> {
         match s.to_ascii_lowercase().as_str() {
             "send" => Ok(ProbeOp::Send),
             "write" => Ok(ProbeOp::Write),
             "read" => Ok(ProbeOp::Read),
-            other => Err(format!("unknown probe op {other:?} (send, write or read)")),
+            other => Err(UnknownProbeOp(other.to_string())),
         }
     }
 }
@@ -127,13 +132,18 @@ impl PeerTransport {
     }
 }
 
+/// A probe transport name that is neither `ud` nor `rc` (the name, lowercased).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown probe transport {0:?} (ud or rc)")]
+pub struct UnknownTransport(pub String);
+
 impl std::str::FromStr for PeerTransport {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownTransport;
+    fn from_str(s: &str) -> Result<Self, UnknownTransport> {
         match s.to_ascii_lowercase().as_str() {
             "ud" => Ok(PeerTransport::Ud),
             "rc" => Ok(PeerTransport::Rc),
-            other => Err(format!("unknown probe transport {other:?} (ud or rc)")),
+            other => Err(UnknownTransport(other.to_string())),
         }
     }
 }
