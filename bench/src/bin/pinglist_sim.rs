@@ -14,9 +14,8 @@
 
 use rdma_probe::discovery::{Discovery, DiscoveryConfig};
 use rdma_probe::pinglist::{simulate, Pinglist, DEFAULT_MESH_MAX};
-use rdma_probe::snapshot::{Histogram, PeerTransport, LATENCY_BUCKETS};
+use rdma_probe::snapshot::PeerTransport;
 use rdma_probe::{LatencySummary, PeerState, ProbeOp, TargetResult};
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 #[global_allocator]
@@ -78,23 +77,19 @@ fn table_bytes(n: usize) -> anyhow::Result<usize> {
         .peers
         .keys()
         .map(|addr| TargetResult {
-            kind: "peer",
-            device: "mlx5_0".into(),
-            port: 1,
-            peer: Some(addr.clone()),
-            op: ProbeOp::Send,
-            transport: PeerTransport::Ud,
-            size_bytes: 64,
-            latency_seconds: Histogram::new(LATENCY_BUCKETS),
             last: summary,
             runs_total: 1,
             sent_total: 100,
-            lost_total: 0,
-            lost_request_total: 0,
-            lost_reply_total: 0,
-            failures_total: BTreeMap::new(),
             up: true,
-            last_error: None,
+            ..TargetResult::empty(
+                "peer",
+                "mlx5_0",
+                1,
+                Some(addr.clone()),
+                ProbeOp::Send,
+                PeerTransport::Ud,
+                64,
+            )
         })
         .collect();
     let states: Vec<PeerState> = set

@@ -17,28 +17,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rdma_bench::{median, time};
-use rdma_probe::snapshot::LATENCY_BUCKETS;
 use rdma_probe::{
-    DiscoveryStats, Histogram, LatencySummary, PeerState, PeerStatus, PeerTransport, ProbeOp,
-    ProbeSnapshot, TargetResult,
+    DiscoveryStats, LatencySummary, PeerState, PeerStatus, PeerTransport, ProbeOp, ProbeSnapshot,
+    TargetResult,
 };
 use rdmad::metrics::{Format, MetricSet};
 
 fn target(peer: Option<String>, op: ProbeOp, n: u64) -> TargetResult {
-    let latency_seconds = Histogram::new(LATENCY_BUCKETS);
+    let (kind, transport) = match peer {
+        Some(_) => ("peer", PeerTransport::Ud),
+        None => ("loopback", PeerTransport::Rc),
+    };
     TargetResult {
-        kind: if peer.is_some() { "peer" } else { "loopback" },
-        device: "rxe0".into(),
-        port: 1,
-        transport: if peer.is_some() {
-            PeerTransport::Ud
-        } else {
-            PeerTransport::Rc
-        },
-        peer,
-        op,
-        size_bytes: 64,
-        latency_seconds,
         last: Some(LatencySummary {
             iterations: 100,
             t_min_us: 10.0,
@@ -53,10 +43,8 @@ fn target(peer: Option<String>, op: ProbeOp, n: u64) -> TargetResult {
         sent_total: 100 * n,
         lost_total: n % 3,
         lost_request_total: n % 3,
-        lost_reply_total: 0,
-        failures_total: BTreeMap::new(),
         up: true,
-        last_error: None,
+        ..TargetResult::empty(kind, "rxe0", 1, peer, op, transport, 64)
     }
 }
 
@@ -64,17 +52,17 @@ fn target(peer: Option<String>, op: ProbeOp, n: u64) -> TargetResult {
 /// connected), no run, no sample, nothing sent, its failures counted.
 fn silent_target(peer: String, n: u64) -> TargetResult {
     TargetResult {
-        device: String::new(),
-        last: None,
-        runs_total: 0,
-        sent_total: 0,
-        lost_total: 0,
-        lost_request_total: 0,
-        lost_reply_total: 0,
         failures_total: BTreeMap::from([("HOST_UNREACHABLE".to_string(), 1 + n % 4)]),
-        up: false,
         last_error: Some(format!("connect to {peer}: timed out after 3 s")),
-        ..target(Some(peer), ProbeOp::Send, n)
+        ..TargetResult::empty(
+            "peer",
+            "",
+            1,
+            Some(peer),
+            ProbeOp::Send,
+            PeerTransport::Ud,
+            64,
+        )
     }
 }
 

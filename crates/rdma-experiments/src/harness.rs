@@ -6,7 +6,7 @@
 //! returning early (an error, `?`, an interruption) drops them all in reverse order before
 //! the runner reads the resource counts again.
 use crate::decl::{Declaration, PartDecl};
-use crate::observe::{changes, CounterProbe};
+use crate::observe::{changes, CounterProbe, ObserveError};
 use crate::report::{secret, Errno, Expect, Expectation, Finding, PartReport, Step, StepResult};
 use rdma_verbs::{
     AccessFlags, CompletionQueue, Context, GidEntry, GidType, PortAttr, ProtectionDomain,
@@ -161,7 +161,7 @@ impl<'a> Run<'a> {
         let before = match self.probe.read() {
             Ok(s) => Some(s),
             Err(e) => {
-                self.counter_note = Some(e);
+                self.counter_note = Some(e.to_string());
                 None
             }
         };
@@ -172,7 +172,7 @@ impl<'a> Run<'a> {
     /// A counter reading once the counters stopped moving (two readings 20 ms apart with no
     /// change), or the last one after 1 s of movement (traffic that is not this
     /// experiment's); the first error ends the wait.
-    fn settled_read(&mut self) -> Result<Snapshot, String> {
+    fn settled_read(&mut self) -> Result<Snapshot, ObserveError> {
         const GAP: Duration = Duration::from_millis(20);
         const BOUND: Duration = Duration::from_secs(1);
         let started = Instant::now();
@@ -214,7 +214,7 @@ impl<'a> Run<'a> {
         let all = match (before, after) {
             (Some(b), Ok(a)) => changes(&b, &a, self.catalog),
             (_, Err(e)) => {
-                self.counter_note = Some(e);
+                self.counter_note = Some(e.to_string());
                 Vec::new()
             }
             (None, Ok(_)) => Vec::new(),

@@ -84,7 +84,7 @@ pub fn run(
         }
         (Err(e), _) | (_, Err(e)) => CounterReport {
             source: "sysfs".into(),
-            note: Some(e.clone()),
+            note: Some(e.to_string()),
             ..Default::default()
         },
     };
@@ -99,7 +99,7 @@ pub fn run(
         },
         (Err(e), _) | (_, Err(e)) => ResourceCheck {
             source: "RDMA netlink RES_GET (rdma res show)".into(),
-            note: Some(e),
+            note: Some(e.to_string()),
             ..Default::default()
         },
     };

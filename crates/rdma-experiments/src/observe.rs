@@ -8,11 +8,37 @@ use crate::report::CounterChange;
 use rdmakit::catalog::Catalog;
 use rdmakit::doctor::deltas;
 use rdmakit::model::Snapshot;
-use rdmakit::nldev::NldevClient;
-use rdmakit::sysfs::{DeviceFilter, ReadOptions, SysfsReader};
+use rdmakit::nldev::{NldevClient, NldevError};
+use rdmakit::sysfs::{DeviceFilter, ReadOptions, SysfsError, SysfsReader};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// Why a device's counters or resource counts could not be observed.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    /// Reading sysfs failed.
+    #[error(transparent)]
+    Sysfs(#[from] SysfsError),
+    /// The device is not under sysfs.
+    #[error("{device} is not in sysfs")]
+    NotInSysfs {
+        /// The device asked for.
+        device: String,
+    },
+    /// The RDMA netlink socket could not be opened.
+    #[error("RDMA netlink: {0}")]
+    Netlink(#[source] NldevError),
+    /// The resource dump failed.
+    #[error("RDMA netlink RES_GET: {0}")]
+    ResGet(#[source] NldevError),
+    /// The resource dump has no entry for the device.
+    #[error("RES_GET has no entry for {device}")]
+    NoResources {
+        /// The device asked for.
+        device: String,
+    },
+}
 
 /// Reads one device's counters, respecting the driver's cache period.
 #[derive(Debug)]
@@ -40,7 +66,7 @@ impl CounterProbe {
     }
 
     /// A fresh snapshot (waits out the driver's counter cache first).
-    pub fn read(&mut self) -> Result<Snapshot, String> {
+    pub fn read(&mut self) -> Result<Snapshot, ObserveError> {
         if let Some(last) = self.last_read {
             let wait = self.lifespan + Duration::from_millis(2);
             let since = last.elapsed();
@@ -48,11 +74,13 @@ impl CounterProbe {
                 std::thread::sleep(wait - since);
             }
         }
-        let snap = self.reader.snapshot().map_err(|e| e.to_string())?;
+        let snap = self.reader.snapshot()?;
         self.last_read = Some(Instant::now());
         let dev = snap
             .device(&self.device)
-            .ok_or_else(|| format!("{} is not in sysfs", self.device))?;
+            .ok_or_else(|| ObserveError::NotInSysfs {
+                device: self.device.clone(),
+            })?;
         if let Some(ms) = dev
             .ports
             .iter()
@@ -94,15 +122,15 @@ pub fn changes(before: &Snapshot, after: &Snapshot, catalog: &Catalog) -> Vec<Co
 }
 
 /// The `rdma res` counts (pd, cq, qp, cm_id, mr, ctx, srq) of one device.
-pub fn resources(device: &str) -> Result<BTreeMap<String, u64>, String> {
-    let mut client = NldevClient::open().map_err(|e| format!("RDMA netlink: {e}"))?;
-    let all = client
-        .resource_summary()
-        .map_err(|e| format!("RDMA netlink RES_GET: {e}"))?;
+pub fn resources(device: &str) -> Result<BTreeMap<String, u64>, ObserveError> {
+    let mut client = NldevClient::open().map_err(ObserveError::Netlink)?;
+    let all = client.resource_summary().map_err(ObserveError::ResGet)?;
     let dev = all
         .into_iter()
         .find(|s| s.dev_name == device)
-        .ok_or_else(|| format!("RES_GET has no entry for {device}"))?;
+        .ok_or_else(|| ObserveError::NoResources {
+            device: device.to_string(),
+        })?;
     Ok(dev.counts.into_iter().collect())
 }
 

@@ -39,11 +39,13 @@ use crate::vm;
 use crate::{host, LabError, Progress};
 
 mod control;
+mod error;
 mod faults;
 mod qemu;
 
 use control::{agent_sh, log_fault, qmp, serve};
 pub use control::{base64, parse_status, relay, request, ControlTarget};
+pub use error::{ControlError, HostNameError, PercentError, QmpError};
 pub use faults::{usage as fault_usage, Fault, FAULTS};
 use qemu::{spawn_host, supervise};
 
@@ -127,13 +129,19 @@ pub fn host_name(i: usize) -> String {
 }
 
 /// Index (0-based) of a host name `hK` in a lab of `hosts`.
-pub fn parse_host(name: &str, hosts: usize) -> Result<usize, String> {
+pub fn parse_host(name: &str, hosts: usize) -> Result<usize, HostNameError> {
     let k: usize = name
         .strip_prefix('h')
         .and_then(|d| d.parse().ok())
-        .ok_or_else(|| format!("{name:?} is not a host name (h1..h{hosts})"))?;
+        .ok_or_else(|| HostNameError::NotAHostName {
+            name: name.to_string(),
+            hosts,
+        })?;
     if k == 0 || k > hosts {
-        return Err(format!("no host {name} (this lab has h1..h{hosts})"));
+        return Err(HostNameError::NoSuchHost {
+            name: name.to_string(),
+            hosts,
+        });
     }
     Ok(k - 1)
 }

@@ -31,6 +31,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+mod error;
+
+use error::DnsSetupError;
+pub use error::{FileSdError, TargetError};
+
 /// The SRV service prefix for a `--probe.peers-dns` name.
 pub const SRV_PREFIX: &str = "_rdmad-probe._tcp.";
 /// How long the peers of the last good DNS answer are kept while the name cannot be
@@ -114,35 +119,37 @@ pub struct FileSd {
 }
 
 /// Turn `HOST:PORT` (or `HOST` with `default_port`) into the canonical key, or say why not.
-pub fn canonical_target(text: &str, default_port: Option<u16>) -> Result<String, String> {
+pub fn canonical_target(text: &str, default_port: Option<u16>) -> Result<String, TargetError> {
     let t = text.trim();
     if t.is_empty() {
-        return Err("an empty target".into());
+        return Err(TargetError::Empty);
     }
     if let Ok(sa) = t.parse::<SocketAddr>() {
         if sa.port() == 0 {
-            return Err(format!("`{t}`: port 0"));
+            return Err(TargetError::PortZero(t.to_string()));
         }
         return Ok(sa.to_string());
     }
     if let Ok(ip) = t.parse::<IpAddr>() {
-        let port = default_port.ok_or_else(|| format!("`{t}` has no port (HOST:PORT)"))?;
+        let port = default_port.ok_or_else(|| TargetError::NoPort(t.to_string()))?;
         return Ok(SocketAddr::new(ip, port).to_string());
     }
-    let (host, port) = match t.rsplit_once(':') {
-        Some((h, p)) => {
-            let port = p
-                .parse::<u16>()
-                .ok()
-                .filter(|p| *p != 0)
-                .ok_or_else(|| format!("`{t}`: `{p}` is not a port (1-65535)"))?;
-            (h, port)
-        }
-        None => (
-            t,
-            default_port.ok_or_else(|| format!("`{t}` has no port (HOST:PORT)"))?,
-        ),
-    };
+    let (host, port) =
+        match t.rsplit_once(':') {
+            Some((h, p)) => {
+                let port = p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                    TargetError::BadPort {
+                        target: t.to_string(),
+                        port: p.to_string(),
+                    }
+                })?;
+                (h, port)
+            }
+            None => (
+                t,
+                default_port.ok_or_else(|| TargetError::NoPort(t.to_string()))?,
+            ),
+        };
     let valid_name = !host.is_empty()
         && host.len() <= 253
         && host.split('.').all(|l| {
@@ -152,23 +159,26 @@ pub fn canonical_target(text: &str, default_port: Option<u16>) -> Result<String,
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         });
     if !valid_name {
-        return Err(format!("`{t}`: `{host}` is not a host name or address"));
+        return Err(TargetError::BadHost {
+            target: t.to_string(),
+            host: host.to_string(),
+        });
     }
     Ok(format!("{}:{port}", host.to_ascii_lowercase()))
 }
 
 /// Parse a file_sd document (`json`: JSON, else YAML). An unparsable document or one whose
 /// top level is not a list is an error; bad groups, targets and labels are skipped.
-pub fn parse_file_sd(text: &str, json: bool, default_port: u16) -> Result<FileSd, String> {
+pub fn parse_file_sd(text: &str, json: bool, default_port: u16) -> Result<FileSd, FileSdError> {
     let doc: Value = if json {
-        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?
+        serde_json::from_str(text).map_err(FileSdError::Json)?
     } else if text.trim().is_empty() {
         Value::Array(Vec::new())
     } else {
-        serde_yaml_ng::from_str(text).map_err(|e| format!("not YAML: {e}"))?
+        serde_yaml_ng::from_str(text).map_err(FileSdError::Yaml)?
     };
     let Value::Array(groups) = doc else {
-        return Err("the top level is not a list of target groups".into());
+        return Err(FileSdError::NotAList);
     };
     let mut out = FileSd::default();
     for (g, group) in groups.iter().enumerate() {
@@ -571,7 +581,7 @@ fn dns_source(
     name: &str,
     server: Option<SocketAddr>,
     timeout: Option<Duration>,
-) -> Result<DnsSource, String> {
+) -> Result<DnsSource, DnsSetupError> {
     use hickory_resolver::config::{
         LookupIpStrategy, NameServerConfigGroup, ResolveHosts, ResolverConfig, ResolverOpts,
     };
@@ -580,7 +590,7 @@ fn dns_source(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("resolver runtime: {e}"))?;
+        .map_err(DnsSetupError::Runtime)?;
     let mut builder = match server {
         Some(addr) => Resolver::builder_with_config(
             ResolverConfig::from_parts(
@@ -590,7 +600,7 @@ fn dns_source(
             ),
             TokioConnectionProvider::default(),
         ),
-        None => Resolver::builder_tokio().map_err(|e| format!("resolv.conf: {e}"))?,
+        None => Resolver::builder_tokio().map_err(DnsSetupError::ResolvConf)?,
     };
     let opts: &mut ResolverOpts = builder.options_mut();
     opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
@@ -706,6 +716,7 @@ mod tests {
         }
         assert!(canonical_target("h2.lab", None)
             .unwrap_err()
+            .to_string()
             .contains("no port"));
     }
 

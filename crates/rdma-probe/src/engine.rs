@@ -58,7 +58,7 @@ use crate::peer::{PeerConn, PeerServer, ServerStats, UdPeerConn};
 use crate::pinglist::{Pinglist, DEFAULT_MESH_MAX};
 use crate::snapshot::{
     Histogram, PeerState, PeerStatus, PeerTransport, ProbeOp, ProbeSnapshot, RegistrationResult,
-    TargetResult, UdEndpointState, LATENCY_BUCKETS, REGISTRATION_BUCKETS,
+    TargetResult, UdEndpointState, REGISTRATION_BUCKETS,
 };
 use crate::stats::LatencySummary;
 use crate::ud::{DropReason, UdEndpoints};
@@ -328,25 +328,15 @@ impl Shared {
         let t = match pos {
             Some(i) => &mut st.targets[i],
             None => {
-                st.targets.push(TargetResult {
-                    kind: k.kind,
-                    device: k.device.to_string(),
-                    port: k.port,
-                    peer: k.peer.map(str::to_string),
-                    op: k.op,
-                    transport: k.transport,
-                    size_bytes: k.size,
-                    latency_seconds: Histogram::new(LATENCY_BUCKETS),
-                    last: None,
-                    runs_total: 0,
-                    sent_total: 0,
-                    lost_total: 0,
-                    lost_request_total: 0,
-                    lost_reply_total: 0,
-                    failures_total: BTreeMap::new(),
-                    up: false,
-                    last_error: None,
-                });
+                st.targets.push(TargetResult::empty(
+                    k.kind,
+                    k.device,
+                    k.port,
+                    k.peer.map(str::to_string),
+                    k.op,
+                    k.transport,
+                    k.size,
+                ));
                 st.targets.last_mut().expect("just pushed")
             }
         };

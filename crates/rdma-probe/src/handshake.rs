@@ -287,8 +287,11 @@ pub enum HandshakeError {
     Refused(&'static str),
     /// The server authenticated the client but could not set up its QP.
     #[error("the responder could not set up its QP: {0}")]
-    Responder(String),
+    Responder(#[source] ResponderError),
 }
+
+/// Why the server's `respond` could not set up its QP for a client ([`server`]).
+pub type ResponderError = Box<dyn std::error::Error + Send + Sync>;
 
 impl HandshakeError {
     /// The `reason` label of a refused handshake.
@@ -518,7 +521,7 @@ pub fn server<S, R, F>(
 ) -> Result<(Offer, R), HandshakeError>
 where
     S: Read + Write,
-    F: FnOnce(&Offer) -> Result<(Offer, R), String>,
+    F: FnOnce(&Offer) -> Result<(Offer, R), ResponderError>,
 {
     server_session(s, secret, seen, |offer: &Offer, _: &SessionKey| {
         respond(offer)
@@ -535,7 +538,7 @@ pub fn server_session<S, R, F>(
 ) -> Result<(Offer, R), HandshakeError>
 where
     S: Read + Write,
-    F: FnOnce(&Offer, &SessionKey) -> Result<(Offer, R), String>,
+    F: FnOnce(&Offer, &SessionKey) -> Result<(Offer, R), ResponderError>,
 {
     let result = server_inner(s, secret, seen, respond);
     if let Err(e) = &result {
@@ -555,7 +558,7 @@ fn server_inner<S, R, F>(
 ) -> Result<(Offer, R), HandshakeError>
 where
     S: Read + Write,
-    F: FnOnce(&Offer, &SessionKey) -> Result<(Offer, R), String>,
+    F: FnOnce(&Offer, &SessionKey) -> Result<(Offer, R), ResponderError>,
 {
     let hello = expect_frame(s, T_HELLO, 4 + 1 + NONCE_LEN)?;
     if &hello[..4] != MAGIC || hello[4] != VERSION {

@@ -531,7 +531,7 @@ mod tests {
         let err = respond_err.to_string();
         let server = std::thread::spawn(move || {
             let seen = NonceCache::new(4);
-            handshake::server_session(&mut b, &ks, &seen, |_, _| Err::<(Offer, ()), _>(err))
+            handshake::server_session(&mut b, &ks, &seen, |_, _| Err::<(Offer, ()), _>(err.into()))
                 .expect_err("the server refuses")
         });
         let kc = Secret::new(b"a shared secret of 32 bytes!!!!!").unwrap();

@@ -63,14 +63,19 @@ impl ProbeOp {
     }
 }
 
+/// A probe op name that is none of `send`, `write`, `read` (the name, lowercased).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown probe op {0:?} (send, write or read)")]
+pub struct UnknownProbeOp(pub String);
+
 impl std::str::FromStr for ProbeOp {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownProbeOp;
+    fn from_str(s: &str) -> Result<Self, UnknownProbeOp> {
         match s.to_ascii_lowercase().as_str() {
             "send" => Ok(ProbeOp::Send),
             "write" => Ok(ProbeOp::Write),
             "read" => Ok(ProbeOp::Read),
-            other => Err(format!("unknown probe op {other:?} (send, write or read)")),
+            other => Err(UnknownProbeOp(other.to_string())),
         }
     }
 }
@@ -127,13 +132,18 @@ impl PeerTransport {
     }
 }
 
+/// A probe transport name that is neither `ud` nor `rc` (the name, lowercased).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown probe transport {0:?} (ud or rc)")]
+pub struct UnknownTransport(pub String);
+
 impl std::str::FromStr for PeerTransport {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownTransport;
+    fn from_str(s: &str) -> Result<Self, UnknownTransport> {
         match s.to_ascii_lowercase().as_str() {
             "ud" => Ok(PeerTransport::Ud),
             "rc" => Ok(PeerTransport::Rc),
-            other => Err(format!("unknown probe transport {other:?} (ud or rc)")),
+            other => Err(UnknownTransport(other.to_string())),
         }
     }
 }
@@ -222,6 +232,38 @@ pub struct TargetResult {
 }
 
 impl TargetResult {
+    /// A target that has measured nothing yet: no run, no sample (an empty histogram of
+    /// [`LATENCY_BUCKETS`]), nothing sent or lost, no failure, not up.
+    pub fn empty(
+        kind: &'static str,
+        device: &str,
+        port: u8,
+        peer: Option<String>,
+        op: ProbeOp,
+        transport: PeerTransport,
+        size_bytes: usize,
+    ) -> TargetResult {
+        TargetResult {
+            kind,
+            device: device.to_string(),
+            port,
+            peer,
+            op,
+            transport,
+            size_bytes,
+            latency_seconds: Histogram::new(LATENCY_BUCKETS),
+            last: None,
+            runs_total: 0,
+            sent_total: 0,
+            lost_total: 0,
+            lost_request_total: 0,
+            lost_reply_total: 0,
+            failures_total: BTreeMap::new(),
+            up: false,
+            last_error: None,
+        }
+    }
+
     /// Whether the target ever answered: a successful run (or a latency measured), or (UD)
     /// a request answered in a failed run. Once true it stays true: a failed run counts
     /// every request it left unanswered as lost, so `sent_total - lost_total` is at least
@@ -372,25 +414,43 @@ mod tests {
     use super::*;
 
     fn target(device: &str, peer: Option<&str>, op: ProbeOp) -> TargetResult {
-        TargetResult {
-            kind: if peer.is_some() { "peer" } else { "loopback" },
-            device: device.into(),
-            port: 1,
-            peer: peer.map(str::to_string),
+        TargetResult::empty(
+            if peer.is_some() { "peer" } else { "loopback" },
+            device,
+            1,
+            peer.map(str::to_string),
             op,
-            transport: PeerTransport::Rc,
-            size_bytes: 64,
-            latency_seconds: Histogram::new(LATENCY_BUCKETS),
-            last: None,
-            runs_total: 0,
-            sent_total: 0,
-            lost_total: 0,
-            lost_request_total: 0,
-            lost_reply_total: 0,
-            failures_total: BTreeMap::new(),
-            up: false,
-            last_error: None,
-        }
+            PeerTransport::Rc,
+            64,
+        )
+    }
+
+    #[test]
+    fn an_empty_target_has_measured_nothing() {
+        let t = target("rxe0", Some("10.0.0.2:9737"), ProbeOp::Write);
+        assert_eq!(
+            (t.kind, t.device.as_str(), t.port, t.peer.as_deref()),
+            ("peer", "rxe0", 1, Some("10.0.0.2:9737"))
+        );
+        assert_eq!(
+            (t.op, t.transport, t.size_bytes),
+            (ProbeOp::Write, PeerTransport::Rc, 64)
+        );
+        assert_eq!(t.latency_seconds.bounds(), LATENCY_BUCKETS);
+        assert_eq!(t.latency_seconds.count(), 0);
+        assert!(t.last.is_none() && t.last_error.is_none() && t.failures_total.is_empty());
+        assert_eq!(
+            [
+                t.runs_total,
+                t.sent_total,
+                t.lost_total,
+                t.lost_request_total,
+                t.lost_reply_total
+            ],
+            [0; 5]
+        );
+        assert!(!t.up);
+        assert!(!t.ever_answered());
     }
 
     #[test]

@@ -50,7 +50,8 @@ use crate::ratelog::{suppressed_note, RateLimited};
 use crate::rc::PortInfo;
 use rdma_verbs::{
     grh_source_gid, AccessFlags, AddressHandle, CompletionQueue, Context, MemoryRegion,
-    ProtectionDomain, QpCaps, QueuePair, Sge, UdDest, WcStatus, WorkCompletion, GRH_LEN,
+    ProtectionDomain, QpCaps, QueuePair, Sge, UdDest, VerbsError, WcStatus, WorkCompletion,
+    GRH_LEN,
 };
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
@@ -94,6 +95,20 @@ const IDLE_WAIT: Duration = Duration::from_millis(20);
 /// A run stops after this many requests in a row without a reply (a dead peer costs a few
 /// timeouts per round, not `iterations` of them).
 const MAX_CONSECUTIVE_LOSSES: u64 = 3;
+
+/// Why a session could not be registered with an endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum UdSessionError {
+    /// The endpoint's GID index does not fit an address handle's `u8`.
+    #[error("GID index over 255")]
+    GidIndex,
+    /// The address handle towards the peer could not be created.
+    #[error(transparent)]
+    AddressHandle(#[from] VerbsError),
+    /// A session of this id and role is registered already.
+    #[error("session id already in use")]
+    IdInUse,
+}
 
 /// Counters of one endpoint, shared with the engine's snapshot.
 #[derive(Debug, Default)]
@@ -403,20 +418,15 @@ impl UdEndpoint {
     }
 
     /// The AH towards `gid`, shared with every other session towards it.
-    fn ah(&self, gid: Ipv6Addr, lid: u16) -> Result<Arc<AddressHandle>, String> {
+    fn ah(&self, gid: Ipv6Addr, lid: u16) -> Result<Arc<AddressHandle>, UdSessionError> {
         let mut ahs = lock(&self.shared.ahs);
         ahs.retain(|_, w| w.strong_count() > 0);
         if let Some(ah) = ahs.get(&gid).and_then(Weak::upgrade) {
             return Ok(ah);
         }
         let p = &self.shared.port;
-        let sgid = u8::try_from(p.gid.index).map_err(|_| "GID index over 255".to_string())?;
-        let ah = Arc::new(
-            self.shared
-                .pd
-                .create_ah(p.port, sgid, gid, lid)
-                .map_err(|e| e.to_string())?,
-        );
+        let sgid = u8::try_from(p.gid.index).map_err(|_| UdSessionError::GidIndex)?;
+        let ah = Arc::new(self.shared.pd.create_ah(p.port, sgid, gid, lid)?);
         ahs.insert(gid, Arc::downgrade(&ah));
         Ok(ah)
     }
@@ -437,11 +447,11 @@ impl UdEndpoint {
         gid: Ipv6Addr,
         lid: u16,
         peer: UdAddr,
-    ) -> Result<SessionGuard, String> {
+    ) -> Result<SessionGuard, UdSessionError> {
         let ah = self.ah(gid, lid)?;
         let mut sessions = lock(&self.shared.sessions);
         if sessions.contains_key(&(key.id, role)) {
-            return Err("session id already in use".into());
+            return Err(UdSessionError::IdInUse);
         }
         sessions.insert(
             (key.id, role),
@@ -469,7 +479,7 @@ impl UdEndpoint {
         gid: Ipv6Addr,
         lid: u16,
         peer: UdAddr,
-    ) -> Result<SessionGuard, String> {
+    ) -> Result<SessionGuard, UdSessionError> {
         self.add(key, Role::Responder, gid, lid, peer)
     }
 
@@ -480,7 +490,7 @@ impl UdEndpoint {
         gid: Ipv6Addr,
         lid: u16,
         peer: UdAddr,
-    ) -> Result<SessionGuard, String> {
+    ) -> Result<SessionGuard, UdSessionError> {
         self.add(key, Role::Requester, gid, lid, peer)
     }
 

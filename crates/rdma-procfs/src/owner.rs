@@ -158,7 +158,7 @@ pub fn read_cgroup_and_job(
         Ok(text) if text.trim().is_empty() => Ok((None, None)),
         Ok(text) => match parse_proc_cgroup(&text) {
             Ok(path) => Ok((Some(path), proc_cgroup_job(&text))),
-            Err(detail) => Err(FileError::malformed(&cgroup_path, detail).into()),
+            Err(detail) => Err(FileError::malformed(&cgroup_path, detail.to_string()).into()),
         },
         // No cgroup file (a kernel without cgroups): the process still has a name.
         Err(OwnerError::Gone { .. }) if dir.is_dir() => Ok((None, None)),
@@ -176,9 +176,39 @@ pub fn proc_cgroup_job(text: &str) -> Option<SlurmJob> {
         .find_map(slurm_job)
 }
 
+/// Why a `/proc/<pid>/cgroup` file is not understood ([`parse_proc_cgroup`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CgroupParseError {
+    /// A line is not `ID:CONTROLLERS:PATH`.
+    #[error("line {line}: expected ID:CONTROLLERS:PATH")]
+    Fields {
+        /// The 1-based line number.
+        line: usize,
+    },
+    /// A hierarchy id is not a number.
+    #[error("line {line}: hierarchy id {id:?} is not a number")]
+    HierarchyId {
+        /// The 1-based line number.
+        line: usize,
+        /// The id as written.
+        id: String,
+    },
+    /// A path does not start with `/`.
+    #[error("line {line}: path {path:?} is not absolute")]
+    RelativePath {
+        /// The 1-based line number.
+        line: usize,
+        /// The path as written.
+        path: String,
+    },
+    /// The file names no hierarchy.
+    #[error("no cgroup entry")]
+    NoEntry,
+}
+
 /// The cgroup path of a `/proc/<pid>/cgroup` file: the unified (v2) hierarchy's entry
 /// `0::<path>` if there is one, else the v1 `rdma` controller's, else the first entry's.
-pub fn parse_proc_cgroup(text: &str) -> Result<String, String> {
+pub fn parse_proc_cgroup(text: &str) -> Result<String, CgroupParseError> {
     let mut first = None;
     let mut rdma = None;
     for (n, line) in text.lines().enumerate() {
@@ -188,16 +218,19 @@ pub fn parse_proc_cgroup(text: &str) -> Result<String, String> {
         let mut parts = line.splitn(3, ':');
         let (id, controllers, path) = match (parts.next(), parts.next(), parts.next()) {
             (Some(i), Some(c), Some(p)) => (i, c, p),
-            _ => return Err(format!("line {}: expected ID:CONTROLLERS:PATH", n + 1)),
+            _ => return Err(CgroupParseError::Fields { line: n + 1 }),
         };
         if id.parse::<u32>().is_err() {
-            return Err(format!(
-                "line {}: hierarchy id {id:?} is not a number",
-                n + 1
-            ));
+            return Err(CgroupParseError::HierarchyId {
+                line: n + 1,
+                id: id.to_string(),
+            });
         }
         if !path.starts_with('/') {
-            return Err(format!("line {}: path {path:?} is not absolute", n + 1));
+            return Err(CgroupParseError::RelativePath {
+                line: n + 1,
+                path: path.to_string(),
+            });
         }
         if id == "0" && controllers.is_empty() {
             return Ok(path.to_string());
@@ -209,7 +242,7 @@ pub fn parse_proc_cgroup(text: &str) -> Result<String, String> {
     }
     rdma.or(first)
         .map(str::to_string)
-        .ok_or_else(|| "no cgroup entry".to_string())
+        .ok_or(CgroupParseError::NoEntry)
 }
 
 fn is_hex(s: &str, len: usize) -> bool {
@@ -384,12 +417,15 @@ mod tests {
         assert!(parse_proc_cgroup("").is_err());
         assert!(parse_proc_cgroup("garbage\n")
             .unwrap_err()
+            .to_string()
             .contains("line 1"));
         assert!(parse_proc_cgroup("x::/a\n")
             .unwrap_err()
+            .to_string()
             .contains("not a number"));
         assert!(parse_proc_cgroup("0::relative\n")
             .unwrap_err()
+            .to_string()
             .contains("absolute"));
     }
 

@@ -142,8 +142,31 @@ pub fn has_controller(root: &Path) -> Result<bool, RdmacgError> {
     }
 }
 
+/// Why an `rdma.current` / `rdma.max` file is not understood ([`parse_file`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RdmacgParseError {
+    /// A word after the device name is not `NAME=VALUE`.
+    #[error("line {line}: {word:?} is not NAME=VALUE")]
+    NotNameValue {
+        /// The 1-based line number.
+        line: usize,
+        /// The word as written.
+        word: String,
+    },
+    /// A value is neither a count nor `max`.
+    #[error("line {line}: {name}={value:?} is not a number or max")]
+    NotAnAmount {
+        /// The 1-based line number.
+        line: usize,
+        /// The resource name.
+        name: String,
+        /// The value as written.
+        value: String,
+    },
+}
+
 /// Parse an `rdma.current` / `rdma.max` file.
-pub fn parse_file(text: &str) -> Result<Vec<DeviceLine>, String> {
+pub fn parse_file(text: &str) -> Result<Vec<DeviceLine>, RdmacgParseError> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let mut words = line.split_whitespace();
@@ -152,14 +175,19 @@ pub fn parse_file(text: &str) -> Result<Vec<DeviceLine>, String> {
         };
         let mut resources = Vec::new();
         for word in words {
-            let (name, value) = word
-                .split_once('=')
-                .ok_or_else(|| format!("line {}: {word:?} is not NAME=VALUE", n + 1))?;
+            let (name, value) =
+                word.split_once('=')
+                    .ok_or_else(|| RdmacgParseError::NotNameValue {
+                        line: n + 1,
+                        word: word.to_string(),
+                    })?;
             let amount = if value == "max" {
                 Amount::Max
             } else {
-                Amount::Count(value.parse().map_err(|_| {
-                    format!("line {}: {name}={value:?} is not a number or max", n + 1)
+                Amount::Count(value.parse().map_err(|_| RdmacgParseError::NotAnAmount {
+                    line: n + 1,
+                    name: name.to_string(),
+                    value: value.to_string(),
                 })?)
             };
             resources.push((name.to_string(), amount));
@@ -175,7 +203,7 @@ pub fn parse_file(text: &str) -> Result<Vec<DeviceLine>, String> {
 fn read_lines(path: &Path) -> Result<Vec<DeviceLine>, RdmacgError> {
     parse_file(&read_small(path)?).map_err(|detail| RdmacgError::Malformed {
         path: path.to_path_buf(),
-        detail,
+        detail: detail.to_string(),
     })
 }
 
@@ -281,9 +309,11 @@ mod tests {
     fn malformed_lines_are_errors() {
         assert!(parse_file("rxe0 hca_handle")
             .unwrap_err()
+            .to_string()
             .contains("NAME=VALUE"));
         assert!(parse_file("rxe0 hca_handle=-1")
             .unwrap_err()
+            .to_string()
             .contains("line 1"));
     }
 

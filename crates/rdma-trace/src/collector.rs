@@ -262,7 +262,7 @@ struct Shared {
     agg: Aggregator,
     probes: Vec<ProbeReport>,
     dropped: u64,
-    failure: Option<String>,
+    failure: Option<Arc<TraceError>>,
 }
 
 /// The handle rdmad keeps: start once, [`snapshot`](TraceCollector::snapshot) per scrape.
@@ -326,8 +326,8 @@ impl TraceCollector {
         }
     }
 
-    /// The totals so far. `Err` when the tracer thread stopped on an error.
-    pub fn snapshot(&self) -> Result<TraceStats, String> {
+    /// The totals so far. `Err` when the tracer thread stopped on an error (that error).
+    pub fn snapshot(&self) -> Result<TraceStats, Arc<TraceError>> {
         let s = self.shared.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = &s.failure {
             return Err(f.clone());
@@ -374,7 +374,7 @@ fn run(
         }
         s.dropped = tracer.dropped();
         if let Err(e) = res {
-            s.failure = Some(e.to_string());
+            s.failure = Some(Arc::new(e));
             return;
         }
     }

@@ -355,8 +355,33 @@ impl RocePacket {
     }
 }
 
+/// Why a hex dump is not understood ([`frames_from_hex`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HexDumpError {
+    /// A character is not ASCII (so not a hex digit).
+    #[error("line {line}: not a hex digit")]
+    NotAscii {
+        /// The 1-based line number.
+        line: usize,
+    },
+    /// A line has an odd number of digits.
+    #[error("line {line}: odd number of hex digits")]
+    OddLength {
+        /// The 1-based line number.
+        line: usize,
+    },
+    /// A pair of characters is not a hex byte.
+    #[error("line {line}: {source}")]
+    Digit {
+        /// The 1-based line number.
+        line: usize,
+        /// What parsing the pair said.
+        source: std::num::ParseIntError,
+    },
+}
+
 /// Parse a hex dump (whitespace ignored, `#` comments) into bytes: one frame per line.
-pub fn frames_from_hex(text: &str) -> Result<Vec<Vec<u8>>, String> {
+pub fn frames_from_hex(text: &str) -> Result<Vec<Vec<u8>>, HexDumpError> {
     let mut frames = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -365,16 +390,19 @@ pub fn frames_from_hex(text: &str) -> Result<Vec<Vec<u8>>, String> {
         }
         let hex: String = line.chars().filter(|c| !c.is_whitespace()).collect();
         if !hex.is_ascii() {
-            return Err(format!("line {}: not a hex digit", n + 1));
+            return Err(HexDumpError::NotAscii { line: n + 1 });
         }
         if hex.len() % 2 != 0 {
-            return Err(format!("line {}: odd number of hex digits", n + 1));
+            return Err(HexDumpError::OddLength { line: n + 1 });
         }
         let bytes = (0..hex.len())
             .step_by(2)
             .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
             .collect::<Result<Vec<u8>, _>>()
-            .map_err(|e| format!("line {}: {e}", n + 1))?;
+            .map_err(|source| HexDumpError::Digit {
+                line: n + 1,
+                source,
+            })?;
         frames.push(bytes);
     }
     Ok(frames)

@@ -126,7 +126,7 @@ impl Collector for Trace {
                         "the eBPF tracer stopped, the collector reports success 0 from now on: {reason}"
                     );
                 }
-                Err(Reported(reason).into())
+                Err(Reported(reason.to_string()).into())
             }
         }
     }

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{faults, parse_host, utc_timestamp};
+use super::{faults, parse_host, utc_timestamp, ControlError, QmpError};
 use super::{host_name, lock, Lab, CONTROL_GUEST_ADDR};
 
 pub(super) fn serve(lab: &Arc<Lab>, listener: UnixListener) {
@@ -47,11 +47,8 @@ pub(super) fn handle(lab: &Arc<Lab>, stream: UnixStream) {
             return;
         }
         ["fault", rest @ ..] => faults::fault(lab, rest),
-        [] => Err("empty request".to_string()),
-        other => Err(format!(
-            "unknown request {:?} (wait-ready, status, exec, fault)",
-            other.join(" ")
-        )),
+        [] => Err(ControlError::EmptyRequest),
+        other => Err(ControlError::UnknownRequest(other.join(" "))),
     };
     let _ = match answer {
         Ok(text) => writeln!(out, "ok {text}"),
@@ -59,7 +56,7 @@ pub(super) fn handle(lab: &Arc<Lab>, stream: UnixStream) {
     };
 }
 
-pub(super) fn wait_ready(lab: &Lab) -> Result<String, String> {
+pub(super) fn wait_ready(lab: &Lab) -> Result<String, ControlError> {
     let mut guard = lock(&lab.all_ready);
     loop {
         if let Some(d) = *guard {
@@ -70,7 +67,7 @@ pub(super) fn wait_ready(lab: &Lab) -> Result<String, String> {
             ));
         }
         if lab.stop.load(Ordering::Relaxed) {
-            return Err("the lab is stopping".into());
+            return Err(ControlError::Stopping);
         }
         guard = lab
             .ready
@@ -155,11 +152,13 @@ pub(super) fn agent(port: u16, script: &str, out: &mut dyn Write) -> std::io::Re
 }
 
 /// Run a shell command on host `i` through its agent; (exit code, output).
-pub(super) fn agent_sh(lab: &Lab, i: usize, script: &str) -> Result<(i32, String), String> {
+pub(super) fn agent_sh(lab: &Lab, i: usize, script: &str) -> Result<(i32, String), ControlError> {
     let port = lock(&lab.hosts)[i].agent_port;
     let mut out = Vec::new();
-    agent(port, &base64(script.as_bytes()), &mut out)
-        .map_err(|e| format!("{}: the agent did not answer: {e}", host_name(i)))?;
+    agent(port, &base64(script.as_bytes()), &mut out).map_err(|source| ControlError::Agent {
+        host: host_name(i),
+        source,
+    })?;
     let text = String::from_utf8_lossy(&out).to_string();
     let code = text
         .lines()
@@ -185,19 +184,21 @@ pub(super) fn log_fault(lab: &Lab, what: &str) -> String {
 
 /// One QMP command (a JSON object) on host `i`'s monitor socket: Ok on `{"return": ...}`,
 /// the error line otherwise.
-pub(super) fn qmp(lab: &Lab, i: usize, command: &str) -> Result<(), String> {
+pub(super) fn qmp(lab: &Lab, i: usize, command: &str) -> Result<(), QmpError> {
     let path = lab.dir.join(format!("{}.qmp", host_name(i)));
-    let s = UnixStream::connect(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let mut w = s.try_clone().map_err(|e| e.to_string())?;
+    let s = match UnixStream::connect(&path) {
+        Ok(s) => s,
+        Err(source) => return Err(QmpError::Connect { path, source }),
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut w = s.try_clone()?;
     let mut r = BufReader::new(s);
     // Answers are one JSON object per line; asynchronous events ("event") are skipped.
-    let answer = |r: &mut BufReader<UnixStream>| -> Result<String, String> {
+    let answer = |r: &mut BufReader<UnixStream>| -> Result<String, QmpError> {
         loop {
             let mut line = String::new();
-            if r.read_line(&mut line).map_err(|e| format!("QMP: {e}"))? == 0 {
-                return Err("QMP closed".into());
+            if r.read_line(&mut line).map_err(QmpError::Read)? == 0 {
+                return Err(QmpError::Closed);
             }
             if !line.contains("\"event\"") {
                 return Ok(line);
@@ -206,13 +207,13 @@ pub(super) fn qmp(lab: &Lab, i: usize, command: &str) -> Result<(), String> {
     };
     let greeting = answer(&mut r)?;
     if !greeting.contains("\"QMP\"") {
-        return Err(format!("not a QMP greeting: {greeting}"));
+        return Err(QmpError::Greeting(greeting));
     }
     for cmd in [r#"{"execute":"qmp_capabilities"}"#, command] {
-        writeln!(w, "{cmd}").map_err(|e| e.to_string())?;
+        writeln!(w, "{cmd}")?;
         let line = answer(&mut r)?;
         if !line.contains("\"return\"") {
-            return Err(line.trim().to_string());
+            return Err(QmpError::Refused(line.trim().to_string()));
         }
     }
     Ok(())

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    agent_sh, host_name, lock, log_fault, parse_host, qmp, spawn_host, Lab, State, BOOT_LIMIT,
-    EXIT_KILLED, RDMAD_PORT,
+    agent_sh, host_name, lock, log_fault, parse_host, qmp, spawn_host, ControlError, Lab,
+    PercentError, State, BOOT_LIMIT, EXIT_KILLED, RDMAD_PORT,
 };
 use crate::fabric::{self, PPM};
 
@@ -36,7 +36,7 @@ pub struct Fault {
     pub args: &'static str,
     /// What undoes it.
     pub undo: &'static str,
-    run: fn(&Arc<Lab>, &[&str]) -> Result<String, String>,
+    run: fn(&Arc<Lab>, &[&str]) -> Result<String, ControlError>,
 }
 
 /// Every fault the controller knows, in the order `--help` and errors list them.
@@ -125,27 +125,29 @@ pub fn usage() -> String {
 }
 
 /// Make the fault `words` (`["netem", "h2", "loss", "5%"]`); the log line(s) on success.
-pub(super) fn fault(lab: &Arc<Lab>, words: &[&str]) -> Result<String, String> {
+pub(super) fn fault(lab: &Arc<Lab>, words: &[&str]) -> Result<String, ControlError> {
     let Some((name, args)) = words.split_first() else {
-        return Err(format!("which fault? {}", usage()));
+        return Err(ControlError::NoFault);
     };
     let Some(f) = FAULTS.iter().find(|f| f.name == *name) else {
-        return Err(format!("unknown fault {:?}: {}", words.join(" "), usage()));
+        return Err(ControlError::UnknownFault {
+            words: words.join(" "),
+        });
     };
     (f.run)(lab, args)
 }
 
-fn wrong(name: &str, args: &[&str]) -> String {
+fn wrong(name: &str, args: &[&str]) -> ControlError {
     let f = FAULTS.iter().find(|f| f.name == name);
-    format!(
-        "{name} {}: expected `{name} {}`",
-        args.join(" "),
-        f.map(|f| f.args).unwrap_or("")
-    )
+    ControlError::Usage {
+        name: name.to_string(),
+        args: args.join(" "),
+        expected: f.map(|f| f.args).unwrap_or(""),
+    }
 }
 
 /// The host of a one-host fault (`NAME hK`).
-fn one_host(lab: &Lab, name: &str, args: &[&str]) -> Result<(usize, String), String> {
+fn one_host(lab: &Lab, name: &str, args: &[&str]) -> Result<(usize, String), ControlError> {
     match args {
         [h] => Ok((parse_host(h, lab.spec.hosts)?, h.to_string())),
         _ => Err(wrong(name, args)),
@@ -153,7 +155,7 @@ fn one_host(lab: &Lab, name: &str, args: &[&str]) -> Result<(usize, String), Str
 }
 
 /// Run a script on host `i` through its agent; its output when it exits 0.
-fn on_host(lab: &Lab, i: usize, what: &str, script: &str) -> Result<String, String> {
+fn on_host(lab: &Lab, i: usize, what: &str, script: &str) -> Result<String, ControlError> {
     let (code, out) = agent_sh(lab, i, script)?;
     let text: Vec<&str> = out
         .lines()
@@ -163,41 +165,43 @@ fn on_host(lab: &Lab, i: usize, what: &str, script: &str) -> Result<String, Stri
     if code == 0 {
         Ok(text.trim().to_string())
     } else {
-        Err(format!(
-            "{what} on {} failed: {}",
-            host_name(i),
-            text.trim()
-        ))
+        Err(ControlError::HostCommand {
+            what: what.to_string(),
+            host: host_name(i),
+            output: text.trim().to_string(),
+        })
     }
 }
 
 /// netem arguments are passed to tc: plain words only (no shell metacharacters).
-fn netem_args(args: &[&str]) -> Result<String, String> {
+fn netem_args(args: &[&str]) -> Result<String, ControlError> {
     if args.is_empty() {
-        return Err("netem needs arguments, e.g. `loss 5%`, `delay 2ms`, `delay 10ms 2ms`, `reorder 25% gap 5`, `corrupt 1%`".into());
+        return Err(ControlError::NetemNeedsArguments);
     }
     for a in args {
         if !a
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._%-".contains(&b))
         {
-            return Err(format!(
-                "netem argument {a:?}: only letters, digits and . _ % -"
-            ));
+            return Err(ControlError::NetemArgument(a.to_string()));
         }
     }
     Ok(args.join(" "))
 }
 
 /// `20%`, `20`, `0.5%` as parts per million (0..=100%).
-fn parse_percent(text: &str) -> Result<u32, String> {
+fn parse_percent(text: &str) -> Result<u32, PercentError> {
     let n: f64 = text
         .strip_suffix('%')
         .unwrap_or(text)
         .parse()
-        .map_err(|_| format!("{text:?} is not a percentage (e.g. 20%)"))?;
+        .map_err(|_| PercentError::NotANumber {
+            text: text.to_string(),
+        })?;
     if !(0.0..=100.0).contains(&n) {
-        return Err(format!("{text:?}: a percentage is 0..100"));
+        return Err(PercentError::OutOfRange {
+            text: text.to_string(),
+        });
     }
     Ok((n * f64::from(PPM) / 100.0).round() as u32)
 }
@@ -207,7 +211,7 @@ fn percent(ppm: u32) -> String {
     format!("{}%", f64::from(ppm) * 100.0 / f64::from(PPM))
 }
 
-fn netem(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
+fn netem(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
     let [h, rest @ ..] = args else {
         return Err(wrong("netem", args));
     };
@@ -226,7 +230,7 @@ fn netem(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
     ))
 }
 
-fn ingress(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
+fn ingress(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
     let [h, "loss", p] = args else {
         return Err(wrong("ingress", args));
     };
@@ -243,7 +247,7 @@ fn ingress(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
 }
 
 /// Back to clean on one host: its egress netem, ingress loss, a killed rdmad, a removed rxe0.
-fn clear(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
+fn clear(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
     let (i, h) = one_host(lab, "clear", args)?;
     on_host(lab, i, "tc", "tc qdisc del dev eth1 root 2>/dev/null; true")?;
     let mut undone = Vec::new();
@@ -275,7 +279,7 @@ fn clear(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
     Ok(log_fault(lab, &format!("clear {h} ({what})")))
 }
 
-fn link(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
+fn link(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
     let [h, dir @ ("down" | "up")] = args else {
         return Err(wrong("link", args));
     };
@@ -286,12 +290,15 @@ fn link(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
         i,
         &format!(r#"{{"execute":"set_link","arguments":{{"name":"fab","up":{on}}}}}"#),
     )
-    .map_err(|e| format!("qemu monitor of {h}: {e}"))?;
+    .map_err(|source| ControlError::Monitor {
+        host: h.to_string(),
+        source,
+    })?;
     lock(&lab.hosts)[i].link_up = on;
     Ok(log_fault(lab, &format!("link {h} {dir}")))
 }
 
-fn partition(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
+fn partition(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
     let oneway = args.contains(&"--oneway");
     let hosts: Vec<&str> = args.iter().copied().filter(|a| *a != "--oneway").collect();
     let [a, b] = hosts.as_slice() else {
@@ -302,7 +309,7 @@ fn partition(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
         parse_host(b, lab.spec.hosts)?,
     );
     if ia == ib {
-        return Err("a partition needs two different hosts".into());
+        return Err(ControlError::SameHost);
     }
     if oneway {
         lab.switch.partition_oneway(ia, ib);
@@ -316,7 +323,7 @@ fn partition(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
     }
 }
 
-fn heal(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
+fn heal(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
     match args {
         [] => {
             let n = lab.switch.heal_all();
@@ -328,7 +335,7 @@ fn heal(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
                 parse_host(b, lab.spec.hosts)?,
             );
             if !lab.switch.heal(ia, ib) {
-                return Err(format!("{a} and {b} were not partitioned"));
+                return Err(ControlError::NotPartitioned(a.to_string(), b.to_string()));
             }
             Ok(log_fault(lab, &format!("heal {a} {b}")))
         }
@@ -336,12 +343,12 @@ fn heal(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
     }
 }
 
-fn kill(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
+fn kill(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
     let (i, h) = one_host(lab, "kill", args)?;
     let mut hosts = lock(&lab.hosts);
     let hs = &mut hosts[i];
     let Some(mut c) = hs.child.take() else {
-        return Err(format!("{h} is not running"));
+        return Err(ControlError::NotRunning(h));
     };
     let _ = c.kill();
     let _ = c.wait();
@@ -358,13 +365,13 @@ fn kill(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
     ))
 }
 
-fn restart(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
+fn restart(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
     let (i, h) = one_host(lab, "restart", args)?;
     if lock(&lab.hosts)[i].child.is_some() {
-        return Err(format!("{h} is running; kill it first"));
+        return Err(ControlError::StillRunning(h));
     }
     let line = log_fault(lab, &format!("restart {h} (booting)"));
-    spawn_host(lab, i).map_err(|e| e.to_string())?;
+    spawn_host(lab, i)?;
     let deadline = Instant::now() + BOOT_LIMIT;
     loop {
         if lock(&lab.hosts)[i].state == State::Ready {
@@ -372,7 +379,7 @@ fn restart(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
             return Ok(format!("{line}\n{up}"));
         }
         if lab.stop.load(Ordering::Relaxed) || Instant::now() > deadline {
-            return Err(format!("{h} did not come back ACTIVE"));
+            return Err(ControlError::NotBack(h));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -438,7 +445,7 @@ echo "pids$started"
     )
 }
 
-fn kill_rdmad(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
+fn kill_rdmad(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
     let (i, h) = one_host(lab, "kill-rdmad", args)?;
     let pids = on_host(lab, i, "kill-rdmad", &kill_rdmad_script())?;
     lock(&lab.hosts)[i].rdmad_killed = true;
@@ -448,13 +455,13 @@ fn kill_rdmad(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
     ))
 }
 
-fn start_rdmad_on(lab: &Lab, i: usize) -> Result<String, String> {
+fn start_rdmad_on(lab: &Lab, i: usize) -> Result<String, ControlError> {
     let pids = on_host(lab, i, "start-rdmad", &start_rdmad_script())?;
     lock(&lab.hosts)[i].rdmad_killed = false;
     Ok(pids)
 }
 
-fn start_rdmad(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
+fn start_rdmad(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
     let (i, h) = one_host(lab, "start-rdmad", args)?;
     let pids = start_rdmad_on(lab, i)?;
     Ok(log_fault(lab, &format!("start-rdmad {h} ({pids})")))
@@ -530,7 +537,7 @@ echo "users killed:${{users:+ }}$users; rdmad restarted:$started"
     )
 }
 
-fn rxe_remove(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
+fn rxe_remove(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
     let (i, h) = one_host(lab, "rxe-remove", args)?;
     let what = on_host(lab, i, "rxe-remove", &rxe_remove_script())?;
     lock(&lab.hosts)[i].rxe_removed = true;
@@ -542,7 +549,7 @@ fn rxe_remove(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
 
 /// `rdma link add rxe0` on eth1, then (bounded) until its port is ACTIVE, unless eth1 has no
 /// carrier (a `link hK down`): then the port stays DOWN, as it would.
-fn add_rxe0(lab: &Lab, i: usize) -> Result<String, String> {
+fn add_rxe0(lab: &Lab, i: usize) -> Result<String, ControlError> {
     let out = on_host(
         lab,
         i,
@@ -563,7 +570,7 @@ echo "rxe0 ACTIVE"
     Ok(out)
 }
 
-fn rxe_add(lab: &Arc<Lab>, args: &[&str]) -> Result<String, String> {
+fn rxe_add(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
     let (i, h) = one_host(lab, "rxe-add", args)?;
     let state = add_rxe0(lab, i)?;
     Ok(log_fault(

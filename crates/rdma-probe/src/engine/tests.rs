@@ -193,6 +193,7 @@ fn transports_parse_and_name_their_label() {
     assert!("tcp"
         .parse::<PeerTransport>()
         .unwrap_err()
+        .to_string()
         .contains("ud or rc"));
     assert_eq!(EngineConfig::default().transport, PeerTransport::Ud);
     assert_eq!(PeerTransport::Rc.to_string(), "rc");

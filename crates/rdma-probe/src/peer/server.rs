@@ -40,6 +40,20 @@ struct Admission {
     slots: Mutex<Slots>,
 }
 
+/// Why a new connection gets no place ([`Admission::begin`]): a limit is reached.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Busy {
+    /// As many handshakes as allowed are in progress.
+    #[error("{0} handshakes in progress")]
+    Handshakes(usize),
+    /// As many handshakes as allowed from one address are in progress.
+    #[error("{0} handshakes in progress from {1}")]
+    HandshakesFrom(usize, IpAddr),
+    /// As many clients as allowed are connected.
+    #[error("{0} clients connected")]
+    Clients(usize),
+}
+
 /// A connection's place among those in their handshake; freed when dropped, or turned into
 /// a client's place by [`HandshakeSlot::authenticated`].
 #[derive(Debug)]
@@ -62,20 +76,18 @@ impl Admission {
     }
 
     /// A slot for a new connection from `source`, or why there is none.
-    fn begin(self: &Arc<Self>, source: IpAddr) -> Result<HandshakeSlot, String> {
+    fn begin(self: &Arc<Self>, source: IpAddr) -> Result<HandshakeSlot, Busy> {
         let l = &self.limits;
         let mut s = self.lock();
         let from_source = s.by_source.get(&source).copied().unwrap_or(0);
         if s.handshaking >= l.max_handshakes {
-            return Err(format!("{} handshakes in progress", s.handshaking));
+            return Err(Busy::Handshakes(s.handshaking));
         }
         if from_source >= l.max_handshakes_per_source {
-            return Err(format!(
-                "{from_source} handshakes in progress from {source}"
-            ));
+            return Err(Busy::HandshakesFrom(from_source, source));
         }
         if s.clients >= l.max_clients {
-            return Err(format!("{} clients connected", s.clients));
+            return Err(Busy::Clients(s.clients));
         }
         s.handshaking += 1;
         *s.by_source.entry(source).or_insert(0) += 1;
@@ -339,7 +351,7 @@ fn serve_client(
         .local_addr()
         .map(|a| a.ip())
         .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-    let respond = |theirs: &Offer, session: &SessionKey| {
+    let respond = |theirs: &Offer, session: &SessionKey| -> Result<_, handshake::ResponderError> {
         let (ctx, mut port) = local_port(device, gid_index, local_ip).map_err(|f| f.to_string())?;
         if let Some(peer) = theirs.ud {
             let endpoint = ud.get(&ctx, port).map_err(|f| f.to_string())?;

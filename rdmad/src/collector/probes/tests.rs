@@ -22,23 +22,16 @@ fn one_sample_summary(us: f64) -> LatencySummary {
 
 fn snapshot() -> ProbeSnapshot {
     let target = |kind, device: &str, peer: Option<&str>, op, latency_seconds| TargetResult {
-        kind,
-        device: device.into(),
-        port: 1,
-        peer: peer.map(str::to_string),
-        op,
-        transport: PeerTransport::Rc,
-        size_bytes: 64,
         latency_seconds,
-        last: None,
-        runs_total: 0,
-        sent_total: 0,
-        lost_total: 0,
-        lost_request_total: 0,
-        lost_reply_total: 0,
-        failures_total: BTreeMap::new(),
-        up: false,
-        last_error: None,
+        ..TargetResult::empty(
+            kind,
+            device,
+            1,
+            peer.map(str::to_string),
+            op,
+            PeerTransport::Rc,
+            64,
+        )
     };
     // Per bucket 2, 3, 0, 1 (the last in +Inf): cumulative 2, 5, 5, 6.
     let latency = Histogram::from_buckets(&[1e-5, 2e-5, 5e-5], &[2, 3, 0, 1], 0.25).unwrap();
