@@ -1,6 +1,7 @@
-//! The composition root: from resolved settings, build the collectors, start the probe engine
-//! (`--probe.enable`), then print one exposition (`--once`) or start the device monitor
-//! ([`crate::monitor`]) and serve HTTP ([`crate::server`]) until SIGINT/SIGTERM.
+//! The composition root: from resolved settings, build the process's one async runtime, start
+//! the probe engine (`--probe.enable`; its DNS lookups run on that runtime), build the
+//! collectors, then print one exposition (`--once`) or start the device monitor
+//! ([`crate::monitor`]) and serve HTTP ([`crate::server`]) on the runtime until SIGINT/SIGTERM.
 
 use std::io::Write;
 
@@ -22,9 +23,12 @@ pub fn run(settings: Settings) -> Result<()> {
     if let Err(e) = rdmakit::catalog::Catalog::embedded() {
         tracing::warn!("counter catalog unavailable, HELP texts will be generic: {e}");
     }
+    // The process's one async runtime: the HTTP server and the probe engine's DNS lookups.
+    let runtime = crate::server::runtime(&settings)?;
     // `--probe.enable`: start the probe engine (an error without the `verbs` feature). It runs
     // until this function returns.
-    let (_probe_engine, probes) = crate::collector::probes::start(&settings.probe)?;
+    let (_probe_engine, probes) =
+        crate::collector::probes::start(&settings.probe, runtime.handle())?;
     let config = CollectorConfig {
         sysfs: settings.sysfs.clone(),
         ethtool_capture: settings.ethtool_capture.clone(),
@@ -49,7 +53,7 @@ pub fn run(settings: Settings) -> Result<()> {
         .transpose()?;
     log_devices(&settings);
     crate::monitor::watch_devices(filter);
-    crate::server::run(&settings, collectors, web)
+    crate::server::run(&runtime, &settings, collectors, web)
 }
 
 /// `--once`: one exposition to stdout; a reader that stopped early (`| head`) is no failure.

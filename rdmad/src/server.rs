@@ -88,16 +88,26 @@ impl Exporter {
     }
 }
 
-/// Serve `collectors` until SIGINT/SIGTERM with `settings` (listen address, limits,
-/// compression) and the web config `web` (`--web.config.file`: TLS, basic auth).
-pub fn run(settings: &Settings, collectors: Collectors, web: Option<WebConfig>) -> Result<()> {
-    let exporter = Arc::new(Exporter::new(settings, collectors));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// The process's one async runtime: HTTP serving, and the probe engine's DNS lookups. Scrapes
+/// run on its blocking threads, at most `--web.max-requests` (1 to 64) at a time.
+pub fn runtime(settings: &Settings) -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(settings.max_requests.clamp(1, 64))
         .enable_all()
         .build()
-        .context("starting the runtime")?;
+        .context("starting the runtime")
+}
+
+/// Serve `collectors` on `runtime` until SIGINT/SIGTERM with `settings` (listen address,
+/// limits, compression) and the web config `web` (`--web.config.file`: TLS, basic auth).
+pub fn run(
+    runtime: &tokio::runtime::Runtime,
+    settings: &Settings,
+    collectors: Collectors,
+    web: Option<WebConfig>,
+) -> Result<()> {
+    let exporter = Arc::new(Exporter::new(settings, collectors));
     runtime.block_on(serve(&settings.listen_address, exporter, web))
 }
 

@@ -107,6 +107,9 @@ pub struct DiscoveryConfig {
     pub listen: Option<SocketAddr>,
     /// This host's own labels (`--probe.rack`); override those from the file.
     pub own_labels: BTreeMap<String, String>,
+    /// The process's async runtime, which DNS lookups run on (rdmad passes its one runtime).
+    /// `None`: a program without one; the DNS source then builds its own.
+    pub runtime: Option<tokio::runtime::Handle>,
 }
 
 /// A parsed file_sd document: the good entries and a description of each bad one.
@@ -275,9 +278,44 @@ struct FileStamp {
     ino: u64,
 }
 
+/// What DNS lookups run on: the process's runtime, or one of the source's own.
+enum Lookups {
+    Shared(tokio::runtime::Handle),
+    Own(tokio::runtime::Runtime),
+}
+
+impl Lookups {
+    /// Run `f` on the runtime for at most `limit`; `None` when it did not finish in time (or
+    /// the process's runtime is shutting down: its task is cancelled, nothing panics). Called
+    /// from the discovery thread, never from inside the runtime.
+    fn run<F>(&self, limit: Duration, f: F) -> Option<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self {
+            Lookups::Shared(handle) => {
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                handle.spawn(async move {
+                    if let Ok(out) = tokio::time::timeout(limit, f).await {
+                        let _ = tx.send(out);
+                    }
+                });
+                // The task's own timeout ends it; this one is the margin for a runtime too
+                // busy to poll it.
+                rx.recv_timeout(limit + Duration::from_secs(1)).ok()
+            }
+            // The timer is made inside the runtime (a sleep needs its context).
+            Lookups::Own(runtime) => runtime
+                .block_on(async { tokio::time::timeout(limit, f).await })
+                .ok(),
+        }
+    }
+}
+
 struct DnsSource {
     name: String,
-    runtime: tokio::runtime::Runtime,
+    runtime: Lookups,
     resolver: hickory_resolver::TokioResolver,
     /// The last good answer: `(address, port)` keys.
     last: Vec<String>,
@@ -324,7 +362,7 @@ impl Discovery {
             cfg,
         };
         if let Some(name) = d.cfg.dns_name.clone() {
-            match dns_source(&name, d.cfg.dns_server, d.cfg.dns_timeout) {
+            match dns_source(&name, &d.cfg) {
                 Ok(s) => d.dns = Some(s),
                 Err(e) => d.log_once("dns", &format!("--probe.peers-dns {name}: {e}")),
             }
@@ -507,12 +545,13 @@ impl Discovery {
         };
         dns.resolver.clear_cache();
         let limit = dns.limit;
+        let (resolver, dns_name) = (dns.resolver.clone(), dns.name.clone());
         let outcome = dns
             .runtime
-            .block_on(async {
-                tokio::time::timeout(limit, resolve(&dns.resolver, &dns.name, default_port)).await
+            .run(limit, async move {
+                resolve(&resolver, &dns_name, default_port).await
             })
-            .unwrap_or_else(|_| {
+            .unwrap_or_else(|| {
                 Err(DnsError::Failed(format!(
                     "no answer within {} ms",
                     limit.as_millis()
@@ -577,20 +616,22 @@ fn read_limited(path: &std::path::Path, limit: u64) -> std::io::Result<String> {
     Ok(s)
 }
 
-fn dns_source(
-    name: &str,
-    server: Option<SocketAddr>,
-    timeout: Option<Duration>,
-) -> Result<DnsSource, DnsSetupError> {
+fn dns_source(name: &str, cfg: &DiscoveryConfig) -> Result<DnsSource, DnsSetupError> {
+    let (server, timeout) = (cfg.dns_server, cfg.dns_timeout);
     use hickory_resolver::config::{
         LookupIpStrategy, NameServerConfigGroup, ResolveHosts, ResolverConfig, ResolverOpts,
     };
     use hickory_resolver::name_server::TokioConnectionProvider;
     use hickory_resolver::Resolver;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(DnsSetupError::Runtime)?;
+    let runtime = match &cfg.runtime {
+        Some(handle) => Lookups::Shared(handle.clone()),
+        None => Lookups::Own(
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(DnsSetupError::Runtime)?,
+        ),
+    };
     let mut builder = match server {
         Some(addr) => Resolver::builder_with_config(
             ResolverConfig::from_parts(

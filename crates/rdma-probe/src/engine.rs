@@ -131,6 +131,9 @@ pub struct EngineConfig {
     /// Longest reconnect delay: a peer back from a fault is connected again within it (and
     /// a connect timeout), so the pingmesh alerts about it resolve within a minute.
     pub backoff_max: Duration,
+    /// The process's async runtime, for the `peers_dns` lookups (rdmad passes its one
+    /// runtime); `None`: the DNS source builds its own.
+    pub runtime: Option<tokio::runtime::Handle>,
 }
 
 impl EngineConfig {
@@ -168,6 +171,7 @@ impl Default for EngineConfig {
             peer_device: None,
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(15),
+            runtime: None,
         }
     }
 }
@@ -514,6 +518,7 @@ impl ProbeEngine {
             default_port: listen.map_or(crate::DEFAULT_PEER_PORT, |l| l.port()),
             listen,
             own_labels: config.own_labels.clone(),
+            runtime: config.runtime.clone(),
         };
         let mut engine = ProbeEngine {
             shared,

@@ -258,6 +258,35 @@ fn dns_every_address_with_the_srv_port_followed_as_records_change() {
     assert_eq!(err(&d, "dns", "no_records") + err(&d, "dns", "resolve"), 0);
 }
 
+/// rdmad's case: the lookups run on the process's one runtime (discovery builds none), and
+/// once that runtime has shut down (rdmad stopping) a refresh fails as "no answer", keeping
+/// the last good one, instead of panicking in the discovery thread.
+#[test]
+fn dns_on_the_process_runtime_and_after_it_shut_down() {
+    let server = DnsServer::start();
+    server.set("rt.test", &["10.9.2.1", "10.9.2.2"], &[]);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut d = Discovery::new(DiscoveryConfig {
+        dns_name: Some("rt.test".into()),
+        dns_server: Some(server.addr),
+        dns_timeout: Some(Duration::from_millis(300)),
+        default_port: 9736,
+        runtime: Some(runtime.handle().clone()),
+        ..DiscoveryConfig::default()
+    });
+    assert_eq!(keys(&d.refresh()), ["10.9.2.1:9736", "10.9.2.2:9736"]);
+    server.set("rt.test", &["10.9.2.3"], &[]);
+    assert_eq!(keys(&d.refresh()), ["10.9.2.3:9736"]);
+    assert_eq!(err(&d, "dns", "resolve"), 0, "{:?}", d.stats());
+    drop(runtime);
+    assert_eq!(keys(&d.refresh()), ["10.9.2.3:9736"]);
+    assert_eq!(err(&d, "dns", "resolve"), 1, "{:?}", d.stats());
+}
+
 #[test]
 fn dns_a_name_that_stops_resolving_and_a_dead_server() {
     let server = DnsServer::start();

@@ -481,8 +481,12 @@ pub struct Engine {
 }
 
 /// Start the probe engine when `settings.enable`; the source for the collector.
+/// DNS discovery runs on `runtime`, the process's one async runtime.
 #[cfg(feature = "verbs")]
-pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> {
+pub fn start(
+    settings: &ProbeSettings,
+    runtime: &tokio::runtime::Handle,
+) -> anyhow::Result<(Engine, ProbeSource)> {
     use anyhow::Context;
     if !settings.enable {
         return Ok((Engine::default(), ProbeSource::default()));
@@ -513,6 +517,7 @@ pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> 
             .iter()
             .map(|r| ("rack".to_string(), r.clone()))
             .collect(),
+        runtime: Some(runtime.clone()),
         ..rdma_probe::EngineConfig::default()
     };
     let engine = rdma_probe::ProbeEngine::start(config).context("--probe.enable")?;
@@ -543,7 +548,10 @@ pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> 
 /// Start the probe engine when `settings.enable`: without the `verbs` feature that is an
 /// error (exit code 1).
 #[cfg(not(feature = "verbs"))]
-pub fn start(settings: &ProbeSettings) -> anyhow::Result<(Engine, ProbeSource)> {
+pub fn start(
+    settings: &ProbeSettings,
+    _runtime: &tokio::runtime::Handle,
+) -> anyhow::Result<(Engine, ProbeSource)> {
     if settings.enable {
         anyhow::bail!("--probe.enable: rdmad was built without verbs support; cargo build-rdma");
     }

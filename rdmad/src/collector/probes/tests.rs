@@ -539,10 +539,16 @@ fn enabling_without_verbs_is_a_clear_error() {
         enable: true,
         ..ProbeSettings::default()
     };
-    let e = start(&settings).err().expect("must fail").to_string();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let e = start(&settings, runtime.handle())
+        .err()
+        .expect("must fail")
+        .to_string();
     assert!(
         e.contains("built without verbs support; cargo build-rdma"),
         "{e}"
     );
-    assert!(start(&ProbeSettings::default()).is_ok());
+    assert!(start(&ProbeSettings::default(), runtime.handle()).is_ok());
 }
