@@ -1,18 +1,17 @@
 //! Devices: listing them ([`devices`]), opening one ([`open`] -> [`Context`]) and the device
 //! attributes ([`Context::query_device`]).
 //!
-//! The list is read with raw `ibv_get_device_list` (sideway's `transport_type()` panics on codes
-//! it does not know); opening goes through sideway so the rest of sideway (PD, MR) can hang off
-//! the same `DeviceContext`.
+//! Raw rdma-mummy-sys calls, like the rest of the crate: the list comes from
+//! `ibv_get_device_list` and is freed on drop; [`open`] opens the named entry with
+//! `ibv_open_device` and [`Context`] closes it (`ibv_close_device`) when the last `Arc` goes.
 use crate::codes::{AtomicCap, NodeType, Transport};
 use crate::error::{errno_of, VerbsError};
 use crate::stack::no_stack_reason;
 use rdma_mummy_sys::{
-    ibv_context, ibv_device, ibv_device_attr, ibv_free_device_list, ibv_get_device_guid,
-    ibv_get_device_list, ibv_get_device_name, ibv_query_device,
+    ibv_close_device, ibv_context, ibv_device, ibv_device_attr, ibv_free_device_list,
+    ibv_get_device_guid, ibv_get_device_list, ibv_get_device_name, ibv_open_device,
+    ibv_query_device,
 };
-use sideway::ibverbs::device::{DeviceInfo as _, DeviceList};
-use sideway::ibverbs::device_context::DeviceContext;
 use std::ffi::{c_char, CStr};
 use std::io;
 use std::mem::MaybeUninit;
@@ -155,36 +154,49 @@ pub fn devices() -> Result<Vec<DeviceInfo>, VerbsError> {
 
 /// Open a device by name.
 pub fn open(name: &str) -> Result<Arc<Context>, VerbsError> {
-    let all = devices()?;
-    let Some(info) = all.iter().find(|d| d.name == name).cloned() else {
+    let list = RawDeviceList::get()?;
+    let all: Vec<(*mut ibv_device, DeviceInfo)> = list
+        .devices()
+        .into_iter()
+        .map(|dev| (dev, describe(dev)))
+        .collect();
+    let Some((dev, info)) = all.iter().find(|(_, info)| info.name == name).cloned() else {
         return Err(VerbsError::DeviceNotFound {
             name: name.to_string(),
-            available: all.into_iter().map(|d| d.name).collect(),
+            available: all.into_iter().map(|(_, info)| info.name).collect(),
         });
     };
-    let list = DeviceList::new().map_err(|e| VerbsError::Call {
-        op: "ibv_get_device_list",
-        object: "the device list".into(),
-        source: io::Error::other(e.to_string()),
-    })?;
-    let Some(device) = list.iter().find(|d| d.name() == name) else {
-        return Err(VerbsError::DeviceNotFound {
-            name: name.to_string(),
-            available: all.into_iter().map(|d| d.name).collect(),
-        });
-    };
-    let inner = device.open().map_err(|e| VerbsError::Call {
-        op: "ibv_open_device",
-        object: name.to_string(),
-        source: io::Error::other(e.to_string()),
-    })?;
-    Ok(Arc::new(Context { info, inner }))
+    // SAFETY: `dev` is a non-null entry of `list`, which is still alive. The context holds its
+    // own reference on the device, so it stays valid after the list is freed below
+    // (ibv_get_device_list(3): free the list once the wanted devices are open).
+    let ctx = unsafe { ibv_open_device(dev) };
+    let ctx = NonNull::new(ctx).ok_or_else(|| VerbsError::call("ibv_open_device", name, -1))?;
+    drop(list);
+    Ok(Arc::new(Context { info, ctx }))
 }
 
 /// An open device. Children (PDs, CQs) hold an `Arc` to it; it closes when the last one goes.
 pub struct Context {
     info: DeviceInfo,
-    inner: Arc<DeviceContext>,
+    ctx: NonNull<ibv_context>,
+}
+
+// SAFETY: libibverbs calls on an ibv_context (query, create/destroy children, async events)
+// are thread-safe and not tied to the opening thread; the pointer is owned by this value
+// alone and closed once, in Drop.
+unsafe impl Send for Context {}
+// SAFETY: as above; `&Context` only passes the pointer to those thread-safe calls.
+unsafe impl Sync for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: the context is open and owned by self; every child (PD, CQ) holds an
+        // `Arc<Context>`, so none is left when this runs.
+        let ret = unsafe { ibv_close_device(self.ctx.as_ptr()) };
+        if ret != 0 {
+            tracing::warn!(device = %self.info.name, error = %errno_of(ret.into()), "ibv_close_device failed");
+        }
+    }
 }
 
 impl std::fmt::Debug for Context {
@@ -206,16 +218,9 @@ impl Context {
         &self.info
     }
 
-    /// The sideway context (for PD and MR allocation).
-    pub(crate) fn sideway(&self) -> &Arc<DeviceContext> {
-        &self.inner
-    }
-
     /// The raw `ibv_context`, valid while `self` lives.
     pub(crate) fn raw(&self) -> *mut ibv_context {
-        // SAFETY: sideway only marks this unsafe because it hands out the raw pointer; it is
-        // non-null and stays valid until `inner` (owned by self) is dropped.
-        unsafe { self.inner.context().as_ptr() }
+        self.ctx.as_ptr()
     }
 
     /// Device attributes (`ibv_query_device`).

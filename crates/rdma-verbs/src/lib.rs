@@ -1,5 +1,18 @@
-//! rdma-verbs: a safe verbs layer over sideway (and rdma-mummy-sys where sideway lacks a call
-//! or would panic).
+//! rdma-verbs: a safe verbs layer over rdma-mummy-sys, the raw libibverbs bindings.
+//!
+//! # One route to libibverbs
+//!
+//! Every call goes through rdma-mummy-sys, each wrapped in a small RAII type (`Drop` frees the
+//! handle, an `Arc` to the parent keeps the parent alive). The crate used to reach the device
+//! list, the context, PDs and MRs through sideway's safe API and everything else through the
+//! raw bindings; sideway is gone because it covered only that part and the rest could not move
+//! to it: it has no address handles (UD), no memory windows and no async events, its
+//! conversions panic on codes it does not know (transport, port, GID, work-completion
+//! status), its extended CQ returns phantom completions on rxe, and its cached QP state is
+//! stale. Two routes meant two ownership schemes for one object graph (sideway's `Arc`s
+//! inside ours, a raw handle fished out of sideway's types for the raw calls), two error
+//! shapes (sideway's open error dropped the errno) and two libraries to audit; one route
+//! gives every handle the same shape, and every failure the errno of the C call.
 //!
 //! This crate is the only place in the workspace with `unsafe`; every block carries a
 //! `// SAFETY:` line. libibverbs is loaded at run time (rdma-mummy-sys `dlopen`s

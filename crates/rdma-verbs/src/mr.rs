@@ -26,12 +26,12 @@
 //!   sees it is unspecified bytes, not a contract.
 //!
 //! Keys and addresses are secrets: `Debug` never shows them and nothing here logs them.
-use crate::error::VerbsError;
+use crate::error::{errno_of, VerbsError};
 use crate::pd::ProtectionDomain;
-use rdma_mummy_sys::ibv_access_flags as F;
-use sideway::ibverbs::memory_region::{MemoryRegion as SidewayMr, RegisterMemoryRegionErrorKind};
+use rdma_mummy_sys::{ibv_access_flags as F, ibv_dereg_mr, ibv_mr, ibv_reg_mr};
 use std::alloc::Layout;
 use std::io;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -197,11 +197,17 @@ impl Drop for Buffer {
 }
 
 /// A registered memory region over a buffer it owns.
+///
+/// Drop deregisters (`ibv_dereg_mr`) first, then frees the buffer, then releases the PD: the
+/// device can never reach freed memory through this MR. Should the deregistration fail, the
+/// buffer is leaked rather than freed under a live registration.
 pub struct MemoryRegion {
-    // Field order matters: the registration is dropped (ibv_dereg_mr) before the buffer is
-    // freed, so the device can never reach freed memory through this MR.
-    inner: Arc<SidewayMr>,
-    buf: Buffer,
+    mr: NonNull<ibv_mr>,
+    /// Read once at registration: the keys of an MR never change (no `ibv_rereg_mr` here).
+    lkey: u32,
+    rkey: u32,
+    /// Freed by Drop, only after a successful deregistration.
+    buf: ManuallyDrop<Buffer>,
     access: AccessFlags,
     pd: Arc<ProtectionDomain>,
 }
@@ -248,36 +254,56 @@ impl ProtectionDomain {
             ));
         }
         let buf = Buffer::new(len)?;
-        let flags = sideway::ibverbs::AccessFlags::from(access.bits() as i32);
-        // SAFETY: the buffer is `len` valid bytes owned by the MemoryRegion we build, and the
-        // struct's field order deregisters before the buffer is freed.
-        let inner = unsafe { self.sideway().reg_mr(buf.ptr.as_ptr() as usize, len, flags) }
-            .map_err(|e| {
-                let source = match e.0 {
-                    RegisterMemoryRegionErrorKind::Ibverbs(io) => io,
-                    other => io::Error::other(other.to_string()),
-                };
-                VerbsError::Call {
-                    op: "ibv_reg_mr",
-                    object: format!("{} ({len} bytes, {access})", self.context().name()),
-                    source,
-                }
-            })?;
+        // SAFETY: the PD is live (we hold an Arc); the buffer is `len` valid bytes owned by the
+        // MemoryRegion built below, whose Drop deregisters before freeing it. NULL with errno
+        // set on failure.
+        let mr = unsafe {
+            ibv_reg_mr(
+                self.raw(),
+                buf.ptr.as_ptr().cast(),
+                len,
+                access.bits() as std::ffi::c_int,
+            )
+        };
+        let mr = NonNull::new(mr).ok_or_else(|| {
+            VerbsError::call(
+                "ibv_reg_mr",
+                format!("{} ({len} bytes, {access})", self.context().name()),
+                -1,
+            )
+        })?;
+        // SAFETY: `mr` was just returned by ibv_reg_mr and is live; the keys are plain integers.
+        let (lkey, rkey) = unsafe { (mr.as_ref().lkey, mr.as_ref().rkey) };
         Ok(MemoryRegion {
-            inner,
-            buf,
+            mr,
+            lkey,
+            rkey,
+            buf: ManuallyDrop::new(buf),
             access,
             pd: Arc::clone(self),
         })
     }
 }
 
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // SAFETY: the registration is live and owned by self; memory windows borrow the MR,
+        // so none is left. The PD (`pd`, released after this body) is still allocated.
+        let ret = unsafe { ibv_dereg_mr(self.mr.as_ptr()) };
+        if ret != 0 {
+            tracing::warn!(device = self.pd.context().name(), error = %errno_of(ret.into()), len = self.len(), "ibv_dereg_mr failed; the buffer is leaked, not freed under a live registration");
+            return;
+        }
+        // SAFETY: the buffer is dropped exactly once, here, after the device lost access to it;
+        // `self` is never used again.
+        unsafe { ManuallyDrop::drop(&mut self.buf) };
+    }
+}
+
 impl MemoryRegion {
     /// The raw `ibv_mr`, valid while `self` lives.
-    pub(crate) fn raw(&self) -> *mut rdma_mummy_sys::ibv_mr {
-        // SAFETY: sideway marks this unsafe only because it returns the raw handle; it stays
-        // valid until `inner` (owned by self) is dropped.
-        unsafe { self.inner.mr().as_ptr() }
+    pub(crate) fn raw(&self) -> *mut ibv_mr {
+        self.mr.as_ptr()
     }
 
     /// Length in bytes.
@@ -302,12 +328,12 @@ impl MemoryRegion {
 
     /// Local key (secret: do not log).
     pub fn lkey(&self) -> u32 {
-        self.inner.lkey()
+        self.lkey
     }
 
     /// Remote key (secret: do not log).
     pub fn rkey(&self) -> u32 {
-        self.inner.rkey()
+        self.rkey
     }
 
     /// Address of the first byte as the device sees it (secret: do not log).

@@ -1,18 +1,24 @@
-//! Protection domains: allocated through sideway (its PD frees itself on drop and never
-//! panics), wrapped so MRs and QPs can hold an `Arc` to it and reach the raw handle.
+//! Protection domains: `ibv_alloc_pd` on an open [`Context`], `ibv_dealloc_pd` on drop. MRs,
+//! QPs, AHs and MWs hold an `Arc` to their PD, and the PD holds its context, so the PD is
+//! deallocated after all of them and before the device closes.
 use crate::device::Context;
-use crate::error::VerbsError;
-use rdma_mummy_sys::ibv_pd;
-use sideway::ibverbs::device_context::AllocateProtectionDomainErrorKind;
-use sideway::ibverbs::protection_domain::ProtectionDomain as SidewayPd;
-use std::io;
+use crate::error::{errno_of, VerbsError};
+use rdma_mummy_sys::{ibv_alloc_pd, ibv_dealloc_pd, ibv_pd};
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// A protection domain. MRs and QPs keep it (and through it the device) alive.
 pub struct ProtectionDomain {
-    inner: Arc<SidewayPd>,
+    pd: NonNull<ibv_pd>,
     ctx: Arc<Context>,
 }
+
+// SAFETY: libibverbs calls taking an ibv_pd (reg_mr, create_qp, create_ah, alloc_mw) are
+// thread-safe and not tied to the allocating thread; the pointer is owned by this value alone
+// and deallocated once, in Drop.
+unsafe impl Send for ProtectionDomain {}
+// SAFETY: as above; `&ProtectionDomain` only passes the pointer to those thread-safe calls.
+unsafe impl Sync for ProtectionDomain {}
 
 impl std::fmt::Debug for ProtectionDomain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -25,21 +31,26 @@ impl std::fmt::Debug for ProtectionDomain {
 impl Context {
     /// Allocate a protection domain (`ibv_alloc_pd`).
     pub fn alloc_pd(self: &Arc<Self>) -> Result<Arc<ProtectionDomain>, VerbsError> {
-        let inner = self.sideway().alloc_pd().map_err(|e| {
-            let source = match e.0 {
-                AllocateProtectionDomainErrorKind::Ibverbs(io) => io,
-                other => io::Error::other(other.to_string()),
-            };
-            VerbsError::Call {
-                op: "ibv_alloc_pd",
-                object: self.name().to_string(),
-                source,
-            }
-        })?;
+        // SAFETY: the context is open (we hold an Arc to it); NULL with errno set on failure.
+        let pd = unsafe { ibv_alloc_pd(self.raw()) };
+        let pd =
+            NonNull::new(pd).ok_or_else(|| VerbsError::call("ibv_alloc_pd", self.name(), -1))?;
         Ok(Arc::new(ProtectionDomain {
-            inner,
+            pd,
             ctx: Arc::clone(self),
         }))
+    }
+}
+
+impl Drop for ProtectionDomain {
+    fn drop(&mut self) {
+        // SAFETY: the PD is live and owned by self; every object on it (MR, QP, AH, MW) holds
+        // an `Arc<ProtectionDomain>`, so none is left. `ctx` is released after this body, so
+        // the device is still open.
+        let ret = unsafe { ibv_dealloc_pd(self.pd.as_ptr()) };
+        if ret != 0 {
+            tracing::warn!(device = self.ctx.name(), error = %errno_of(ret.into()), "ibv_dealloc_pd failed");
+        }
     }
 }
 
@@ -49,15 +60,8 @@ impl ProtectionDomain {
         &self.ctx
     }
 
-    /// The sideway PD (for MR registration).
-    pub(crate) fn sideway(&self) -> &Arc<SidewayPd> {
-        &self.inner
-    }
-
     /// The raw `ibv_pd`, valid while `self` lives.
     pub(crate) fn raw(&self) -> *mut ibv_pd {
-        // SAFETY: sideway marks this unsafe only because it returns the raw handle; it is
-        // non-null and valid until `inner` (owned by self) is dropped.
-        unsafe { self.inner.pd().as_ptr() }
+        self.pd.as_ptr()
     }
 }
