@@ -228,6 +228,10 @@ fn ud_runs(s: &ProbeSnapshot, peer: &str) -> u64 {
     s.target(peer, ProbeOp::Send).map_or(0, |t| t.runs_total)
 }
 
+fn ud_sent(s: &ProbeSnapshot, peer: &str) -> u64 {
+    s.target(peer, ProbeOp::Send).map_or(0, |t| t.sent_total)
+}
+
 #[test]
 fn two_engines_echo_each_other_over_ud_sharing_one_qp_and_one_ah_per_peer() {
     let _g = serial();
@@ -246,11 +250,14 @@ fn two_engines_echo_each_other_over_ud_sharing_one_qp_and_one_ah_per_peer() {
         std::slice::from_ref(&b_listen),
         PeerTransport::Ud,
     );
+    // Three runs and 150 requests each way: a run the loaded host ends early (its requests
+    // past the run's deadline are not sent) counts as a run with fewer requests, so the
+    // requests are waited for, not inferred from the runs.
     wait_for(&a.handle(), "A echoing B", Duration::from_secs(90), |s| {
-        ud_runs(s, &b_listen) >= 3
+        ud_runs(s, &b_listen) >= 3 && ud_sent(s, &b_listen) >= 3 * 50
     });
     wait_for(&b.handle(), "B echoing A", Duration::from_secs(90), |s| {
-        ud_runs(s, &a_listen) >= 3
+        ud_runs(s, &a_listen) >= 3 && ud_sent(s, &a_listen) >= 3 * 50
     });
     // In this order, each endpoint's answers counted after the other side's replies.
     let sa0 = a.handle().snapshot();
