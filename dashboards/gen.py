@@ -623,9 +623,12 @@ def per_fault(name, by, unless=""):
     `name` is both as one series per fault (from the two small per-host counts, so that the
     pairs are counted once each per evaluation)."""
     tail = f" {unless}" if unless else ""
-    level, rest = name.split(":", 1)[1].split(":", 1) if name.count(":") == 2 else (name.split(":", 1)[1], "")
-    suffix = f":{rest}" if rest else ""
-    anyn, probed = f"rdma:{level}_any{suffix}", f"rdma:{level}_probed{suffix}"
+
+    def variant(suffix):  # rdma:probe_target_pairs:all -> rdma:probe_target_pairs_any:all
+        level, metric, *ops = name.split(":")
+        return ":".join([level, metric + suffix, *ops])
+
+    anyn, probed = variant("_any"), variant("_probed")
     legs = [f'label_replace({anyn}, "fault", "{f}", "", "")' for f in ("agent", "host", "rdma")]
     legs += [f'label_replace({probed}, "fault", "{f}", "", "")' for f in ("ingress", "egress")]
     return [
