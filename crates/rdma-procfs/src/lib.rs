@@ -2,9 +2,9 @@
 //! owner of a process ([`owner`]: cgroup, pod, container, Slurm job, from /proc) and the RDMA
 //! cgroup controller ([`rdmacg`]: `rdma.current`, `rdma.max`).
 //!
-//! A source library in the manner of prometheus/procfs: it never prints. The tracer
-//! (rdma-trace) labels its events with it without depending on rdmakit; rdmakit re-exports
-//! both modules under their old paths.
+//! A source library in the manner of prometheus/procfs: it never prints. rdmakit re-exports
+//! both modules under their old paths; rdmad and rdmactl label the tracer's events with
+//! [`owner::cgroup_owner`] (rdma-trace itself depends on neither).
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 

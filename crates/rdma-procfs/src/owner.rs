@@ -166,6 +166,32 @@ pub fn read_cgroup_and_job(
     }
 }
 
+/// The cgroup of a process and the pod and Slurm job its path names: what the tracer
+/// (rdma-trace) labels an event with, without the command name [`Owner`] also reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupOwner {
+    /// The cgroup path (as [`read_cgroup`]).
+    pub cgroup: String,
+    /// The pod UID the cgroup path names ([`container_ids`]).
+    pub pod_uid: Option<String>,
+    /// The Slurm job any of the process's hierarchies names ([`proc_cgroup_job`]).
+    pub job: Option<SlurmJob>,
+}
+
+/// The [`CgroupOwner`] of process `pid`, from one reading of `<proc_root>/<pid>/cgroup`
+/// ([`read_cgroup_and_job`]). A process that already exited, an empty file (no hierarchy
+/// mounted) or a malformed one gives `None`: the caller labels nothing rather than fails.
+pub fn cgroup_owner(proc_root: &Path, pid: u32) -> Option<CgroupOwner> {
+    match read_cgroup_and_job(proc_root, pid) {
+        Ok((Some(cgroup), job)) => Some(CgroupOwner {
+            pod_uid: container_ids(&cgroup).pod_uid,
+            cgroup,
+            job,
+        }),
+        _ => None,
+    }
+}
+
 /// The Slurm job of a `/proc/<pid>/cgroup` file: the first hierarchy whose path names one
 /// ([`slurm_job`]). Under cgroup v1 Slurm places a task in its freezer, cpuset, memory,
 /// devices and cpuacct hierarchies, not in the rdma one (whose path stays `/`), so every
@@ -443,6 +469,66 @@ mod tests {
         // A malformed non-empty file is still an error.
         fs::write(dir.join("cgroup"), "garbage\n").unwrap();
         assert!(read_owner(&root, 178).is_err());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// rdmakit's captured /proc tree of RDMA owners (containerd, CRI-O, Docker, a session,
+    /// Slurm jobs; see its README).
+    fn proc_owners() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rdmakit/tests/data/proc-owners")
+    }
+
+    #[test]
+    fn cgroup_owners_name_the_cgroup_and_pod_of_a_process() {
+        let root = proc_owners();
+        // 101: containerd under the systemd driver.
+        let o = cgroup_owner(&root, 101).unwrap();
+        assert!(
+            o.cgroup
+                .starts_with("/kubepods.slice/kubepods-burstable.slice/")
+                && o.cgroup.contains("cri-containerd-")
+                && o.cgroup.ends_with(".scope"),
+            "{o:?}"
+        );
+        assert_eq!(o.pod_uid.as_deref(), Some(UID));
+        assert_eq!(o.job, None);
+        // 110: a login session, neither pod nor job.
+        assert_eq!(
+            cgroup_owner(&root, 110),
+            Some(CgroupOwner {
+                cgroup: "/user.slice/user-0.slice/session-1.scope".into(),
+                pod_uid: None,
+                job: None,
+            })
+        );
+        // 4242: exited (no directory); 120: a malformed cgroup file.
+        assert_eq!(cgroup_owner(&root, 4242), None);
+        assert_eq!(cgroup_owner(&root, 120), None);
+    }
+
+    #[test]
+    fn cgroup_owners_name_the_slurm_job_and_step_of_a_process() {
+        let root = proc_owners();
+        let job_of = |pid| cgroup_owner(&root, pid).unwrap().job;
+        // 130, 131: Slurm cgroup/v2 job 3385, step 0 and extern; 132: cgroup/v1 job 777,
+        // named by the hierarchies other than the rdma one; 134: a look-alike.
+        assert_eq!(job_of(130), job("3385", "0"));
+        assert_eq!(job_of(131), job("3385", "extern"));
+        assert_eq!(job_of(132), job("777", "0"));
+        assert_eq!(job_of(134), None);
+        assert_eq!(cgroup_owner(&root, 134).unwrap().pod_uid, None);
+    }
+
+    #[test]
+    fn an_empty_cgroup_file_is_no_cgroup_owner() {
+        let root = std::env::temp_dir().join(format!("rdmakit-cgowner-{}", std::process::id()));
+        let dir = root.join("179");
+        fs::create_dir_all(&dir).unwrap();
+        // What /proc/<pid>/cgroup holds in the lab VM when no cgroup fs is mounted.
+        fs::write(dir.join("cgroup"), "").unwrap();
+        assert_eq!(cgroup_owner(&root, 179), None);
+        fs::write(dir.join("cgroup"), "0::/a/b\n").unwrap();
+        assert_eq!(cgroup_owner(&root, 179).unwrap().cgroup, "/a/b");
         fs::remove_dir_all(&root).unwrap();
     }
 

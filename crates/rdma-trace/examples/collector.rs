@@ -1,4 +1,5 @@
-//! How rdmad uses the collector handle: start it once, take a snapshot per scrape.
+//! How rdmad uses the collector handle: start it once, take a snapshot per scrape (here
+//! without an owner resolver, so no event carries a cgroup; rdmad passes one).
 //! `cargo run -p rdma-trace --features bpf --example collector -- SECS` (as root, on a host
 //! or lab VM with ib_uverbs loaded) prints the totals after SECS seconds as JSON.
 use rdma_trace::{Selection, TraceCollector};

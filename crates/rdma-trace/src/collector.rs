@@ -7,12 +7,12 @@
 //! values count as `other`. The pod UID and the Slurm job id come from the cgroup path, so
 //! the cgroup's bound is theirs (a cgroup counted as `other` has neither).
 use crate::event::{EventKind, TraceEvent};
+use crate::owner::{no_owners, OwnerResolver};
 use crate::probes::ProbeReport;
 use crate::tracer::{Selection, TraceError, Tracer};
 use prom_text::histogram::Histogram;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -282,16 +282,17 @@ impl std::fmt::Debug for TraceCollector {
 impl TraceCollector {
     /// Start tracing in a background thread; returns once the probes are attached (or
     /// with the reason they cannot be: no BPF support, no privileges, nothing to attach).
-    /// Each event's process is looked up in `/proc` for its cgroup.
+    /// Events carry no owner (cgroup, pod, Slurm job): see
+    /// [`start_with_owners`](TraceCollector::start_with_owners).
     pub fn start(selection: Selection) -> Result<TraceCollector, TraceError> {
-        TraceCollector::start_with_procfs(selection, PathBuf::from("/proc"))
+        TraceCollector::start_with_owners(selection, no_owners())
     }
 
-    /// [`start`](TraceCollector::start), with the cgroup of each event's process read under
-    /// `procfs` (rdmad's `--path.procfs`).
-    pub fn start_with_procfs(
+    /// [`start`](TraceCollector::start), with the owner of each event's process looked up by
+    /// `owners` when the event is received (rdmad reads its `--path.procfs`).
+    pub fn start_with_owners(
         selection: Selection,
-        procfs: PathBuf,
+        owners: OwnerResolver,
     ) -> Result<TraceCollector, TraceError> {
         if !crate::bpf_support() {
             return Err(TraceError::NoBpfSupport);
@@ -304,7 +305,7 @@ impl TraceCollector {
             let stop = Arc::clone(&stop);
             std::thread::Builder::new()
                 .name("rdma-trace".into())
-                .spawn(move || run(selection, procfs, shared, stop, ready_tx))
+                .spawn(move || run(selection, owners, shared, stop, ready_tx))
                 .map_err(|e| TraceError::Load(format!("cannot spawn the tracer thread: {e}")))?
         };
         match ready_rx.recv() {
@@ -347,7 +348,7 @@ impl Drop for TraceCollector {
 
 fn run(
     selection: Selection,
-    procfs: PathBuf,
+    owners: OwnerResolver,
     shared: Arc<Mutex<Shared>>,
     stop: Arc<AtomicBool>,
     ready: mpsc::Sender<Result<(), TraceError>>,
@@ -365,7 +366,7 @@ fn run(
     while !stop.load(Ordering::Relaxed) {
         let res = tracer.poll(Duration::from_millis(200), &mut |mut ev| {
             // Read now, while the process most likely still runs (outside the lock).
-            ev.resolve_cgroup(&procfs);
+            ev.resolve_owner(&owners);
             batch.push(ev);
         });
         let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
@@ -384,6 +385,7 @@ fn run(
 mod tests {
     use super::*;
     use crate::event::{parse_raw, RawEventBuilder};
+    use crate::owner::Owner;
 
     fn ev(kind: u32, comm: &str, from: u32, to: u32, ret: i32) -> TraceEvent {
         let raw = RawEventBuilder {
@@ -477,43 +479,65 @@ mod tests {
         assert_eq!(other.count, 5);
     }
 
-    /// rdmakit's captured /proc tree of RDMA owners (containerd, CRI-O, Docker, a session).
-    fn proc_owners() -> std::path::PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rdmakit/tests/data/proc-owners")
+    const UID: &str = "1b2c3d4e-5f60-4718-92a3-b4c5d6e7f809";
+
+    /// A resolver that answers as rdmad's does on rdmakit's /proc fixture tree (that reading
+    /// is tested in rdma-procfs: `owner::cgroup_owner`): 101 a containerd pod, 110 a login
+    /// session, 130 and 132 Slurm jobs, 134 a look-alike, any other pid exited.
+    fn fixture_owners(pid: u32) -> Option<Owner> {
+        let owner = |cgroup: &str, pod_uid: Option<&str>, job: Option<(&str, &str)>| Owner {
+            cgroup: cgroup.into(),
+            pod_uid: pod_uid.map(Into::into),
+            job: job.map(|(id, step)| (id.into(), step.into())),
+        };
+        let pod = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-3f1c.scope",
+            UID.replace('-', "_")
+        );
+        Some(match pid {
+            101 => owner(&pod, Some(UID), None),
+            110 => owner("/user.slice/user-0.slice/session-1.scope", None, None),
+            130 => owner(
+                "/system.slice/slurmstepd.scope/job_3385/step_0/user/task_0",
+                None,
+                Some(("3385", "0")),
+            ),
+            132 => owner("/", None, Some(("777", "0"))),
+            134 => owner("/user.slice/user-1000.slice/job_1/x", None, None),
+            _ => return None,
+        })
     }
 
-    fn ev_of(pid: u32, comm: &str) -> TraceEvent {
-        let mut e = ev(3, comm, 0xff, 0, 0);
-        e.pid = pid;
-        e
+    /// The events of `(pid, comm)` as the collector's thread adds them: owner resolved by
+    /// `owners` (as `run` does), then counted.
+    fn collect(events: &[(u32, &str)], owners: impl Fn(u32) -> Option<Owner>) -> TraceStats {
+        let mut agg = Aggregator::default();
+        for &(pid, comm) in events {
+            let mut e = ev(3, comm, 0xff, 0, 0);
+            e.pid = pid;
+            e.resolve_owner(&owners);
+            agg.add(&e);
+        }
+        agg.stats(&[], 0)
     }
 
     #[test]
-    fn events_carry_the_cgroup_and_pod_of_their_process() {
-        let root = proc_owners();
-        let mut agg = Aggregator::default();
-        // 101: containerd under the systemd driver; 110: a login session; 4242: exited.
-        for (pid, comm) in [
-            (101, "ib_write_bw"),
-            (101, "ib_write_bw"),
-            (110, "rping"),
-            (4242, "gone"),
-        ] {
-            let mut e = ev_of(pid, comm);
-            e.resolve_cgroup(&root);
-            agg.add(&e);
-        }
-        let s = agg.stats(&[], 0);
+    fn events_are_counted_by_the_cgroup_and_pod_their_resolver_gives() {
+        // 101: a pod; 110: a login session; 4242: exited.
+        let s = collect(
+            &[
+                (101, "ib_write_bw"),
+                (101, "ib_write_bw"),
+                (110, "rping"),
+                (4242, "gone"),
+            ],
+            fixture_owners,
+        );
         let find = |comm: &str| s.events.iter().find(|e| e.comm == comm).unwrap();
         let bw = find("ib_write_bw");
         assert_eq!(bw.count, 2);
-        assert!(
-            bw.cgroup
-                .starts_with("/kubepods.slice/kubepods-burstable.slice/")
-                && bw.cgroup.ends_with(".scope"),
-            "{bw:?}"
-        );
-        assert_eq!(bw.pod_uid, "1b2c3d4e-5f60-4718-92a3-b4c5d6e7f809");
+        assert_eq!(bw.cgroup, fixture_owners(101).unwrap().cgroup);
+        assert_eq!(bw.pod_uid, UID);
         let rping = find("rping");
         assert_eq!(
             (rping.cgroup.as_str(), rping.pod_uid.as_str()),
@@ -521,18 +545,14 @@ mod tests {
         );
         let gone = find("gone");
         assert_eq!((gone.cgroup.as_str(), gone.pod_uid.as_str()), ("", ""));
-        // The JSON an `rdmactl trace --json` line carries.
-        let mut e = ev_of(101, "ib_write_bw");
-        e.resolve_cgroup(&root);
-        let v: serde_json::Value = serde_json::to_value(&e).unwrap();
-        assert_eq!(v["pod_uid"], "1b2c3d4e-5f60-4718-92a3-b4c5d6e7f809");
-        assert!(v["cgroup"].as_str().unwrap().contains("cri-containerd-"));
-        let mut e = ev_of(4242, "gone");
-        e.resolve_cgroup(&root);
-        let v: serde_json::Value = serde_json::to_value(&e).unwrap();
+        // Without a resolver (`TraceCollector::start`) no event has an owner.
+        let s = collect(&[(101, "ib_write_bw"), (110, "rping")], no_owners());
         assert!(
-            v.get("cgroup").is_none() && v.get("pod_uid").is_none(),
-            "{v}"
+            s.events
+                .iter()
+                .all(|e| e.cgroup.is_empty() && e.pod_uid.is_empty()),
+            "{:?}",
+            s.events
         );
     }
 
@@ -551,20 +571,16 @@ mod tests {
     }
 
     #[test]
-    fn events_carry_the_slurm_job_of_their_process_and_its_bound() {
-        let root = proc_owners();
-        let mut agg = Aggregator::default();
+    fn events_are_counted_by_the_slurm_job_their_resolver_gives_and_its_bound() {
         // 130: Slurm cgroup/v2 job 3385 step 0; 132: cgroup/v1 job 777; 134: a look-alike.
-        for (pid, comm) in [
-            (130, "ib_write_bw"),
-            (132, "mpi_allreduce"),
-            (134, "ib_read_lat"),
-        ] {
-            let mut e = ev_of(pid, comm);
-            e.resolve_cgroup(&root);
-            agg.add(&e);
-        }
-        let s = agg.stats(&[], 0);
+        let s = collect(
+            &[
+                (130, "ib_write_bw"),
+                (132, "mpi_allreduce"),
+                (134, "ib_read_lat"),
+            ],
+            fixture_owners,
+        );
         let job = |comm: &str| {
             s.events
                 .iter()
@@ -576,21 +592,6 @@ mod tests {
         assert_eq!(job("ib_write_bw"), "3385");
         assert_eq!(job("mpi_allreduce"), "777");
         assert_eq!(job("ib_read_lat"), "");
-        // The JSON line carries the job and its step.
-        let mut e = ev_of(131, "sleep");
-        e.resolve_cgroup(&root);
-        let v: serde_json::Value = serde_json::to_value(&e).unwrap();
-        assert_eq!(
-            (v["job_id"].as_str(), v["job_step"].as_str()),
-            (Some("3385"), Some("extern"))
-        );
-        let mut e = ev_of(110, "rping");
-        e.resolve_cgroup(&root);
-        let v: serde_json::Value = serde_json::to_value(&e).unwrap();
-        assert!(
-            v.get("job_id").is_none() && v.get("job_step").is_none(),
-            "{v}"
-        );
         // Past the cgroup bound, a job's events count as cgroup `other`, without a job.
         let mut agg = Aggregator::default();
         for i in 0..MAX_CGROUPS + 2 {

@@ -243,9 +243,9 @@ pub struct TraceEvent {
     /// rdma_cma tracepoint name (`cm_event_handler`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tracepoint: Option<String>,
-    /// The process's cgroup path, read from `/proc/<pid>/cgroup` when the event was received
-    /// ([`TraceEvent::resolve_cgroup`]); `None`: not looked up, no cgroup hierarchy mounted,
-    /// or the process had already exited.
+    /// The process's cgroup path, looked up when the event was received
+    /// ([`TraceEvent::resolve_owner`]; rdmad and rdmactl read `/proc/<pid>/cgroup`); `None`:
+    /// not looked up, no cgroup hierarchy mounted, or the process had already exited.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
     /// The Kubernetes pod UID the cgroup path names, where it follows the kubelet's layout.
@@ -451,27 +451,6 @@ impl TraceEvent {
             s.push_str(&format!(" {word} {} ({e})", errno_name(e)));
         }
         s
-    }
-
-    /// Fill [`cgroup`](TraceEvent::cgroup), [`pod_uid`](TraceEvent::pod_uid) and the Slurm
-    /// [`job_id`](TraceEvent::job_id) and [`job_step`](TraceEvent::job_step) from
-    /// `<proc_root>/<pid>/cgroup` (the owners collector's parser: one reading of cgroup paths).
-    /// A process that already exited, an empty file (no hierarchy mounted) or a malformed one
-    /// leaves them all `None`. For async events the pid is whatever ran the handler.
-    pub fn resolve_cgroup(&mut self, proc_root: &std::path::Path) {
-        if self.pid == 0 {
-            return;
-        }
-        if let Ok((Some(cgroup), job)) =
-            rdma_procfs::owner::read_cgroup_and_job(proc_root, self.pid)
-        {
-            self.pod_uid = rdma_procfs::owner::container_ids(&cgroup).pod_uid;
-            self.cgroup = Some(cgroup);
-            if let Some(job) = job {
-                self.job_id = Some(job.id);
-                self.job_step = Some(job.step);
-            }
-        }
     }
 
     /// One gadget line: time, pid, comm, device, what.

@@ -12,7 +12,8 @@
 //!
 //! Modules: [`event`] (records and their text/JSON), [`resolve`] (BTF / kallsyms),
 //! [`probes`] (the probe table and planning), [`tracer`] (load, attach, stream),
-//! [`collector`] (aggregated counts and histograms for rdmad), [`wire`], [`capture`],
+//! [`collector`] (aggregated counts and histograms for rdmad), [`owner`] (the process
+//! behind an event, as the caller resolves it), [`wire`], [`capture`],
 //! [`fuzz`] (the fuzz targets' bodies).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -21,6 +22,7 @@ pub mod capture;
 pub mod collector;
 pub mod event;
 pub mod fuzz;
+pub mod owner;
 pub mod probes;
 pub mod resolve;
 pub mod tracer;
@@ -28,6 +30,7 @@ pub mod wire;
 
 pub use collector::{TraceCollector, TraceStats};
 pub use event::{EventKind, TraceEvent};
+pub use owner::{Owner, OwnerResolver};
 pub use probes::{ProbeReport, ProbeStatus};
 pub use tracer::{Selection, TraceError, Tracer};
 

@@ -7,7 +7,7 @@
 //! failed destroy is logged, not a panic.
 use crate::codes::{WcOpcode, WcStatus};
 use crate::device::Context;
-use crate::error::{errno_of, VerbsError};
+use crate::error::{errno_of, non_null, VerbsError};
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -124,8 +124,7 @@ impl Context {
         let channel = if with_channel {
             // SAFETY: the context is open.
             let ch = unsafe { ibv_create_comp_channel(self.raw()) };
-            let ch = NonNull::new(ch)
-                .ok_or_else(|| VerbsError::call("ibv_create_comp_channel", self.name(), -1))?;
+            let ch = non_null(ch, "ibv_create_comp_channel", || self.name())?;
             // SAFETY: `ch` is a live channel; its fd, owned by libibverbs, stays open until
             // ibv_destroy_comp_channel, which happens after this borrow ends.
             let fd = unsafe { BorrowedFd::borrow_raw(ch.as_ref().fd) };

@@ -5,7 +5,7 @@
 //! `ibv_get_device_list` and is freed on drop; [`open`] opens the named entry with
 //! `ibv_open_device` and [`Context`] closes it (`ibv_close_device`) when the last `Arc` goes.
 use crate::codes::{AtomicCap, NodeType, Transport};
-use crate::error::{errno_of, VerbsError};
+use crate::error::{errno_of, non_null, VerbsError};
 use crate::stack::no_stack_reason;
 use rdma_mummy_sys::{
     ibv_close_device, ibv_context, ibv_device, ibv_device_attr, ibv_free_device_list,
@@ -170,7 +170,7 @@ pub fn open(name: &str) -> Result<Arc<Context>, VerbsError> {
     // own reference on the device, so it stays valid after the list is freed below
     // (ibv_get_device_list(3): free the list once the wanted devices are open).
     let ctx = unsafe { ibv_open_device(dev) };
-    let ctx = NonNull::new(ctx).ok_or_else(|| VerbsError::call("ibv_open_device", name, -1))?;
+    let ctx = non_null(ctx, "ibv_open_device", || name)?;
     drop(list);
     Ok(Arc::new(Context { info, ctx }))
 }

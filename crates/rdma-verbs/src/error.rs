@@ -1,6 +1,7 @@
 //! The crate's typed error: every failure says which call failed, on which object, and why.
 use crate::codes::QpState;
 use std::io;
+use std::ptr::NonNull;
 
 /// Why the RDMA stack is unusable on this host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -122,6 +123,16 @@ impl VerbsError {
     }
 }
 
+/// `p`, or the [`VerbsError::call`] error of a verb that returned NULL with the errno in
+/// `errno` (`op` on `object`, built only on failure).
+pub(crate) fn non_null<T, S: Into<String>>(
+    p: *mut T,
+    op: &'static str,
+    object: impl FnOnce() -> S,
+) -> Result<NonNull<T>, VerbsError> {
+    NonNull::new(p).ok_or_else(|| VerbsError::call(op, object(), -1))
+}
+
 /// The `io::Error` behind a verbs return code (see [`VerbsError::call`]).
 pub(crate) fn errno_of(ret: i64) -> io::Error {
     match ret {
@@ -130,3 +141,6 @@ pub(crate) fn errno_of(ret: i64) -> io::Error {
         r => io::Error::from_raw_os_error(i32::try_from(r).unwrap_or(libc::EINVAL)),
     }
 }
+
+#[cfg(test)]
+mod tests;

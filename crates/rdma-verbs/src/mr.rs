@@ -26,7 +26,7 @@
 //!   sees it is unspecified bytes, not a contract.
 //!
 //! Keys and addresses are secrets: `Debug` never shows them and nothing here logs them.
-use crate::error::{errno_of, VerbsError};
+use crate::error::{errno_of, non_null, VerbsError};
 use crate::pd::ProtectionDomain;
 use rdma_mummy_sys::{ibv_access_flags as F, ibv_dereg_mr, ibv_mr, ibv_reg_mr};
 use std::alloc::Layout;
@@ -265,12 +265,8 @@ impl ProtectionDomain {
                 access.bits() as std::ffi::c_int,
             )
         };
-        let mr = NonNull::new(mr).ok_or_else(|| {
-            VerbsError::call(
-                "ibv_reg_mr",
-                format!("{} ({len} bytes, {access})", self.context().name()),
-                -1,
-            )
+        let mr = non_null(mr, "ibv_reg_mr", || {
+            format!("{} ({len} bytes, {access})", self.context().name())
         })?;
         // SAFETY: `mr` was just returned by ibv_reg_mr and is live; the keys are plain integers.
         let (lkey, rkey) = unsafe { (mr.as_ref().lkey, mr.as_ref().rkey) };

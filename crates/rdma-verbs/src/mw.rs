@@ -9,7 +9,7 @@
 //!
 //! Drop (deallocate) a bound window before the QP it was bound through: the binding holds a
 //! reference on that QP, and rxe's `ibv_destroy_qp` waits tens of seconds for it otherwise.
-use crate::error::VerbsError;
+use crate::error::{non_null, VerbsError};
 use crate::mr::{AccessFlags, MemoryRegion, RemoteBuffer};
 use crate::pd::ProtectionDomain;
 use crate::qp::QueuePair;
@@ -57,12 +57,8 @@ impl ProtectionDomain {
         // SAFETY: the PD is live (we hold it); the wrapper sets errno to EOPNOTSUPP when the
         // provider has no alloc_mw.
         let mw = unsafe { ibv_alloc_mw(self.raw(), ibv_mw_type::IBV_MW_TYPE_2) };
-        let mw = NonNull::new(mw).ok_or_else(|| {
-            VerbsError::call(
-                "ibv_alloc_mw",
-                format!("{} (type 2)", self.context().name()),
-                -1,
-            )
+        let mw = non_null(mw, "ibv_alloc_mw", || {
+            format!("{} (type 2)", self.context().name())
         })?;
         // SAFETY: `mw` is live; rkey is a plain integer set at allocation.
         let rkey = unsafe { mw.as_ref().rkey };

@@ -2,7 +2,7 @@
 //! QPs, AHs and MWs hold an `Arc` to their PD, and the PD holds its context, so the PD is
 //! deallocated after all of them and before the device closes.
 use crate::device::Context;
-use crate::error::{errno_of, VerbsError};
+use crate::error::{errno_of, non_null, VerbsError};
 use rdma_mummy_sys::{ibv_alloc_pd, ibv_dealloc_pd, ibv_pd};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -33,8 +33,7 @@ impl Context {
     pub fn alloc_pd(self: &Arc<Self>) -> Result<Arc<ProtectionDomain>, VerbsError> {
         // SAFETY: the context is open (we hold an Arc to it); NULL with errno set on failure.
         let pd = unsafe { ibv_alloc_pd(self.raw()) };
-        let pd =
-            NonNull::new(pd).ok_or_else(|| VerbsError::call("ibv_alloc_pd", self.name(), -1))?;
+        let pd = non_null(pd, "ibv_alloc_pd", || self.name())?;
         Ok(Arc::new(ProtectionDomain {
             pd,
             ctx: Arc::clone(self),

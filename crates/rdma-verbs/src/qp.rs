@@ -8,7 +8,7 @@
 use crate::codes::{GidType, QpState};
 use crate::cq::CompletionQueue;
 use crate::device::Context;
-use crate::error::{errno_of, VerbsError};
+use crate::error::{errno_of, non_null, VerbsError};
 use crate::gid::GidEntry;
 use crate::pd::ProtectionDomain;
 use rdma_mummy_sys::{
@@ -132,12 +132,8 @@ impl ProtectionDomain {
         init.sq_sig_all = 1;
         // SAFETY: the PD and both CQs are live (we hold Arcs); `init` is fully initialised.
         let qp = unsafe { ibv_create_qp(self.raw(), &mut init) };
-        let qp = NonNull::new(qp).ok_or_else(|| {
-            VerbsError::call(
-                "ibv_create_qp",
-                format!("{} ({})", self.context().name(), qp_type.name()),
-                -1,
-            )
+        let qp = non_null(qp, "ibv_create_qp", || {
+            format!("{} ({})", self.context().name(), qp_type.name())
         })?;
         // SAFETY: `qp` is live; qp_num is a plain integer set at creation.
         let qp_num = unsafe { qp.as_ref().qp_num };

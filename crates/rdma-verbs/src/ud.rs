@@ -12,7 +12,7 @@
 //! header (rdma-core's `ibv_init_ah_from_wc` reads it the same way). [`grh_source_gid`]
 //! decodes the sender's GID from either.
 use crate::codes::QpState;
-use crate::error::{errno_of, VerbsError};
+use crate::error::{errno_of, non_null, VerbsError};
 use crate::pd::ProtectionDomain;
 use crate::qp::{sge_storage, zeroed_attr, QpCaps, QpType, QueuePair, Sge, EMPTY_SGE, INLINE_SGES};
 use crate::CompletionQueue;
@@ -75,12 +75,8 @@ impl ProtectionDomain {
         let mut attr = ah_attr(port, sgid_index, dgid, dlid);
         // SAFETY: the PD is live (we hold an Arc); `attr` is fully initialised and only read.
         let ah = unsafe { ibv_create_ah(self.raw(), &mut attr) };
-        let ah = NonNull::new(ah).ok_or_else(|| {
-            VerbsError::call(
-                "ibv_create_ah",
-                format!("{} port {port} to {dgid}", self.context().name()),
-                -1,
-            )
+        let ah = non_null(ah, "ibv_create_ah", || {
+            format!("{} port {port} to {dgid}", self.context().name())
         })?;
         Ok(AddressHandle {
             ah,

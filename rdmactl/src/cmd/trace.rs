@@ -8,7 +8,7 @@
 //! when tracing cannot start.
 use anyhow::Result;
 use clap::ValueEnum;
-use rdma_trace::{ProbeStatus, Selection, TraceError, Tracer};
+use rdma_trace::{Owner, ProbeStatus, Selection, TraceError, Tracer};
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -86,8 +86,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             if io_error.is_some() || args.pid.is_some_and(|p| p != ev.pid) {
                 return;
             }
-            // The process's cgroup (and pod), read while it most likely still runs.
-            ev.resolve_cgroup(Path::new("/proc"));
+            // The process's cgroup (pod, Slurm job), read while it most likely still runs.
+            ev.resolve_owner(|pid| trace_owner(Path::new("/proc"), pid));
             let mut out = stdout.lock();
             let res = if args.json {
                 serde_json::to_string(&ev)
@@ -109,6 +109,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!("rdmactl trace: {dropped} events lost (ring buffer full), {malformed} malformed");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The owner (cgroup, pod, Slurm job) of an event's process, from
+/// `<proc_root>/<pid>/cgroup` (rdmakit's reading of cgroup paths). A process that already
+/// exited, an empty or a malformed file: no owner.
+fn trace_owner(proc_root: &Path, pid: u32) -> Option<Owner> {
+    rdmakit::owner::cgroup_owner(proc_root, pid).map(|o| Owner {
+        cgroup: o.cgroup,
+        pod_uid: o.pod_uid,
+        job: o.job.map(|job| (job.id, job.step)),
+    })
 }
 
 fn report_probes(tracer: &Tracer) {
@@ -146,3 +157,6 @@ fn report_probes(tracer: &Tracer) {
         eprintln!("  {line}");
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -27,9 +27,10 @@
 //! reason is logged once at startup and every scrape reports the collector with success 0;
 //! rdmad itself keeps serving.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rdma_trace::{Selection, TraceCollector, TraceStats};
+use rdma_trace::{Owner, OwnerResolver, Selection, TraceCollector, TraceStats};
 use rdmakit::sysfs::DeviceFilter;
 
 use super::{Collector, CollectorConfig, CollectorSpec, Reads, Reported, Scrape};
@@ -78,8 +79,21 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     build,
 };
 
+/// The owner (cgroup, pod, Slurm job) of an event's process, from
+/// `<proc_root>/<pid>/cgroup` (rdmakit's reading of cgroup paths, the owners collector's).
+/// A process that already exited, an empty or a malformed file: no owner.
+fn trace_owner(proc_root: &Path, pid: u32) -> Option<Owner> {
+    rdmakit::owner::cgroup_owner(proc_root, pid).map(|o| Owner {
+        cgroup: o.cgroup,
+        pod_uid: o.pod_uid,
+        job: o.job.map(|job| (job.id, job.step)),
+    })
+}
+
 fn build(config: &CollectorConfig) -> Box<dyn Collector> {
-    let tracer = match TraceCollector::start_with_procfs(Selection::All, config.procfs.clone()) {
+    let procfs = config.procfs.clone();
+    let owners: OwnerResolver = Box::new(move |pid| trace_owner(&procfs, pid));
+    let tracer = match TraceCollector::start_with_owners(Selection::All, owners) {
         Ok(tracer) => {
             tracing::info!(collector = SPEC.name, "eBPF tracer started");
             Ok(tracer)
@@ -433,6 +447,25 @@ mod tests {
             set.names().collect::<Vec<_>>(),
             ["rdma_trace_events_dropped"]
         );
+    }
+
+    #[test]
+    fn events_are_owned_by_the_cgroup_pod_and_job_under_the_procfs_root() {
+        let root =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/rdmakit/tests/data/proc-owners");
+        // 101: containerd pod; 131: Slurm job 3385's extern step; 4242: exited.
+        let pod = trace_owner(&root, 101).unwrap();
+        assert!(pod.cgroup.contains("cri-containerd-"), "{pod:?}");
+        assert_eq!(
+            pod.pod_uid.as_deref(),
+            Some("1b2c3d4e-5f60-4718-92a3-b4c5d6e7f809")
+        );
+        assert_eq!(pod.job, None);
+        assert_eq!(
+            trace_owner(&root, 131).unwrap().job,
+            Some(("3385".into(), "extern".into()))
+        );
+        assert_eq!(trace_owner(&root, 4242), None);
     }
 
     #[cfg(not(feature = "bpf"))]
