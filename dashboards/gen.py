@@ -593,6 +593,8 @@ MESH_WINDOW = f"{MESH['window_seconds']}s"
 MESH_MIN_COUNTERPARTS = MESH["min_counterparts"]
 MESH_LATENCY_FACTOR = f"{MESH['latency_factor']:g}"
 MESH_LATENCY_MIN_DELTA = MESH["latency_min_delta_seconds"]
+# (FACTOR - 1) as a PromQL factor of the baseline: nothing when it is 1 (FACTOR 2).
+LATENCY_EXCESS = "" if MESH["latency_factor"] == 2 else f"{MESH['latency_factor'] - 1:g} * "
 PAIR = "job, instance, peer, peer_rack"
 NAMES = "* on (job, instance, peer) group_left (prober, target) rdma:probe_pair_names"
 STRIP_PORT = '"(.*?)(?::[0-9]+)?"'
@@ -667,18 +669,16 @@ PAIR_RULES = [
     # The perftest median of the pair's last run: there with and without per-peer histograms.
     ("rdma:probe_pair_latency_seconds:typical",
      f'max by ({PAIR}) (rdma_probe_latency_last_seconds{{kind="peer", stat="typical"}})\n{NAMES}'),
-    ("rdma:probe_pair_latency_seconds:p99",
-     f'max by ({PAIR}) (rdma_probe_latency_last_seconds{{kind="peer", stat="p99"}})\n{NAMES}'),
-    # Lost probe requests (both directions) over sent ones in the window. No series for a
-    # pair that sent nothing.
-    (f"rdma:probe_pair_loss:ratio{MESH_WINDOW}",
-     f'sum by ({PAIR}) (increase(rdma_probe_lost_total{{kind="peer"}}[{MESH_WINDOW}]))\n'
-     f'/ (sum by ({PAIR}) (increase(rdma_probe_sent_total{{kind="peer"}}[{MESH_WINDOW}])) > 0)\n{NAMES}'),
-    # The same by direction: request (prober -> peer) and reply (peer -> prober).
+    # Lost probe requests over sent ones in the window, by direction: request (prober ->
+    # peer) and reply (peer -> prober). No series for a pair that sent nothing.
     (f"rdma:probe_pair_loss_direction:ratio{MESH_WINDOW}",
      f'sum by ({PAIR}, direction) (increase(rdma_probe_lost_total{{kind="peer"}}[{MESH_WINDOW}]))\n'
      f'/ on ({PAIR}) group_left ()\n'
      f'  (sum by ({PAIR}) (increase(rdma_probe_sent_total{{kind="peer"}}[{MESH_WINDOW}])) > 0)\n{NAMES}'),
+    # Both directions: the sum of the above (the counters' increases are taken once per pair,
+    # not twice: at 1,000 hosts they are the costliest rules of the group).
+    (f"rdma:probe_pair_loss:ratio{MESH_WINDOW}",
+     f"sum without (direction) (rdma:probe_pair_loss_direction:ratio{MESH_WINDOW})"),
     # The pair's own baseline: the median of its typical latency over the last day.
     ("rdma:probe_pair_latency_seconds:baseline1d",
      "quantile_over_time(0.5, rdma:probe_pair_latency_seconds:typical[1d])"),
@@ -717,9 +717,12 @@ PAIR_RULES = [
     # pairs slow is loaded itself (a busy host slows all it measures) and proves nothing about
     # its targets; a target most of whose other probers see it slow is a slow host.
     # Only pairs that are up: a down pair's last latency is from before its fault.
+    # Above FACTOR x the baseline and MIN_DELTA above it, in one comparison (one join per
+    # pair, not two): typical > b + max((FACTOR - 1) b, MIN_DELTA).
     ("rdma:probe_pair_latency_high",
-     f"(rdma:probe_pair_latency_seconds:typical > {MESH_LATENCY_FACTOR} * rdma:probe_pair_latency_seconds:baseline1d)\n"
-     f"and (rdma:probe_pair_latency_seconds:typical - rdma:probe_pair_latency_seconds:baseline1d > {MESH_LATENCY_MIN_DELTA})\n"
+     f"rdma:probe_pair_latency_seconds:typical\n"
+     f"  > rdma:probe_pair_latency_seconds:baseline1d\n"
+     f"    + clamp_min({LATENCY_EXCESS}rdma:probe_pair_latency_seconds:baseline1d, {MESH_LATENCY_MIN_DELTA})\n"
      "and on (job, instance, peer) (rdma:probe_pair_status == 0)"),
     ("rdma:probe_prober_latency_loaded",
      "count by (job, prober) (rdma:probe_pair_latency_high) * 2\n"
