@@ -646,8 +646,10 @@ def as_label(expr, new, old):
 
 EXPLAINED = ("unless on (job, target) " + as_label("rdma:probe_host_culprit", "target", "host")
              + "\n  unless on (job, prober) " + as_label("rdma:probe_host_culprit", "prober", "host"))
-SLOW_EXPLAINED = ("unless on (job, target) " + as_label("rdma:probe_host_slow", "target", "host")
-                  + "\n  unless on (job, prober) " + as_label("rdma:probe_host_slow", "prober", "host")
+# A slow target explains its pairs both ways, also where it is not named (a loaded mesh, see
+# rdma:probe_host_slow): the pairs of a loaded mesh are no path's.
+SLOW_EXPLAINED = ("unless on (job, target) rdma:probe_target_slow"
+                  + "\n  unless on (job, prober) " + as_label("rdma:probe_target_slow", "prober", "target")
                   + "\n  unless on (job, prober) rdma:probe_prober_latency_loaded")
 
 PAIR_RULES = [
@@ -715,7 +717,13 @@ PAIR_RULES = [
      + ')\n), "a", "$1", "host", "(.*)"), "b", "$1", "host", "(.*)")'),
     # Latency: a pair above its baseline (relative and absolute); a prober with most of its
     # pairs slow is loaded itself (a busy host slows all it measures) and proves nothing about
-    # its targets; a target most of whose other probers see it slow is a slow host.
+    # its targets; a target most of whose other probers see it slow is a slow host. Three
+    # passes, as for the faults: the targets most of whose probers see them slow (raw), then
+    # the loaded probers leaving those targets out (else a prober of a slow host with one more
+    # pair slow for a moment would be "loaded", and its vote for that host lost), then the
+    # targets again leaving the loaded probers out. Slow hosts that are more than half of the
+    # mesh are no outliers but a loaded mesh (under TCG every round trip grows at once): none
+    # is named.
     # Only pairs that are up: a down pair's last latency is from before its fault.
     # Above FACTOR x the baseline and MIN_DELTA above it, in one comparison (one join per
     # pair, not two): typical > b + max((FACTOR - 1) b, MIN_DELTA).
@@ -724,15 +732,22 @@ PAIR_RULES = [
      f"  > rdma:probe_pair_latency_seconds:baseline1d\n"
      f"    + clamp_min({LATENCY_EXCESS}rdma:probe_pair_latency_seconds:baseline1d, {MESH_LATENCY_MIN_DELTA})\n"
      "and on (job, instance, peer) (rdma:probe_pair_status == 0)"),
+    ("rdma:probe_target_slow:raw",
+     majority("count by (job, target) (rdma:probe_pair_latency_high)",
+              "count by (job, target) (rdma:probe_pair_latency_seconds:typical)", "job, target")),
     ("rdma:probe_prober_latency_loaded",
-     "count by (job, prober) (rdma:probe_pair_latency_high) * 2\n"
-     "> count by (job, prober) (rdma:probe_pair_latency_seconds:typical)"),
+     "count by (job, prober) (rdma:probe_pair_latency_high unless on (job, target) rdma:probe_target_slow:raw) * 2\n"
+     "> count by (job, prober) (rdma:probe_pair_latency_seconds:typical unless on (job, target) rdma:probe_target_slow:raw)"),
+    ("rdma:probe_target_slow",
+     majority("count by (job, target) (rdma:probe_pair_latency_high unless on (job, prober) rdma:probe_prober_latency_loaded)",
+              "count by (job, target) (rdma:probe_pair_latency_seconds:typical unless on (job, prober) rdma:probe_prober_latency_loaded)",
+              "job, target")),
     ("rdma:probe_host_slow",
-     'max by (job, host, a, b) (label_replace(label_replace(label_replace(\n  '
-     + majority("count by (job, target) (rdma:probe_pair_latency_high unless on (job, prober) rdma:probe_prober_latency_loaded)",
-                "count by (job, target) (rdma:probe_pair_latency_seconds:typical unless on (job, prober) rdma:probe_prober_latency_loaded)",
-                "job, target").replace("\n", "\n  ")
-     + '\n, "host", "$1", "target", "(.*)"), "a", "$1", "host", "(.*)"), "b", "$1", "host", "(.*)"))\n'
+     'max by (job, host, a, b) (label_replace(label_replace(label_replace(\n'
+     '  rdma:probe_target_slow\n'
+     '  and on (job) (count by (job) (rdma:probe_target_slow) * 2\n'
+     '    <= count by (job) (count by (job, target) (rdma:probe_pair_latency_seconds:typical)))\n'
+     ', "host", "$1", "target", "(.*)"), "a", "$1", "host", "(.*)"), "b", "$1", "host", "(.*)"))\n'
      # A host already named for a failure or loss is named for that alone.
      'unless on (job, host) rdma:probe_host_culprit'),
 ]

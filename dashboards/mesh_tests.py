@@ -266,6 +266,16 @@ def latency_faults(m):
         (f"+2 ms on {x}: every pair with it slow: RdmaHostLatencyHigh only",
          lambda p, t: BASE_RTT + 0.002 if x in (p, t) else BASE_RTT,
          [host("RdmaHostLatencyHigh", "warning", m.name(x))]),
+        # As the lab showed it: a slow host's prober with one more pair slow is not "loaded"
+        # (the slow host's pair is left out of that count), so its vote stands. 4 hosts and up
+        # (with 3, b is x).
+        *([(f"+2 ms on {x} and {a} <-> {b} 1 ms slower: RdmaHostLatencyHigh for {x}, "
+            f"RdmaPairLatencyAboveBaseline for {a} -> {b} and {b} -> {a}",
+            lambda p, t: BASE_RTT + (0.002 if x in (p, t) else 0) + (0.001 if {p, t} == {a, b} else 0),
+            [host("RdmaHostLatencyHigh", "warning", m.name(x)),
+             alert("RdmaPairLatencyAboveBaseline", "warning", a=m.name(a), b=m.name(b)),
+             alert("RdmaPairLatencyAboveBaseline", "warning", a=m.name(b), b=m.name(a))])]
+          if b != x else []),
         (f"{a} -> {b} alone 1 ms slower: RdmaPairLatencyAboveBaseline for that pair only",
          lambda p, t: BASE_RTT + 0.001 if (p, t) == (a, b) else BASE_RTT,
          [alert("RdmaPairLatencyAboveBaseline", "warning", a=m.name(a), b=m.name(b))]),
