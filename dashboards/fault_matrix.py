@@ -159,7 +159,7 @@ class Tracker:
 
 class Fault:
     def __init__(self, name, inject, undo, culprits, touched, kind="host", note="",
-                 detectable=None, allowed=()):
+                 allowed=()):
         self.name = name
         self.inject = inject      # [fault words] or a callable
         self.undo = undo
@@ -167,9 +167,6 @@ class Fault:
         self.touched = touched    # the hosts the fault touches
         self.kind = kind          # "host": pair alerts must not fire; "path": they are the culprit
         self.note = note
-        # () -> (bool, why): whether the shipped thresholds can see the fault here at all
-        # (asked before the injection); when not, its culprit is printed, not required.
-        self.detectable = detectable
         # [(alertname, {label: value})]: true of what the injection itself does beside the
         # fault (e.g. the rdmad restart of rxe-remove), so not wrong, but never required.
         self.allowed = list(allowed)
@@ -229,9 +226,6 @@ class Matrix:
         """Inject, hold, undo, measure one fault; returns its row."""
         t_begin = time.time()
         settle = self.settle(f.name)
-        detectable, why = f.detectable() if f.detectable else (True, "")
-        if why:
-            print(f"   {f.name}: {why}", flush=True)
         _, before = self.tracker.latest()
         t_inj = time.time()
         self.do(f.inject)
@@ -295,10 +289,9 @@ class Matrix:
                    fire_s=fire_s, resolve_s=(t_res - t_undo) if t_res else None,
                    touched=f.touched, note=f.note)
         f.row = row
-        row["detectable"] = detectable
         found = not row["missing"] and fire_s is not None
         ok = (not row["wrong"] and not row["other_elsewhere"] and not late
-              and not row["pairs_left"] and (found or not detectable)
+              and not row["pairs_left"] and found
               and row["resolve_s"] is not None)
         fmt = lambda v: f"{v:.0f} s" if v is not None else "never"
         met = lambda v, target: ("met" if v <= target else "OVER") if v is not None else "-"
@@ -314,8 +307,7 @@ class Matrix:
                        f"injection (target {FIRE_TARGET:.0f} s: {met(fire_s, FIRE_TARGET)}), "
                        f"resolved {fmt(row['resolve_s'])} after the undo (target "
                        f"{RESOLVE_TARGET:.0f} s: {met(row['resolve_s'], RESOLVE_TARGET)}; the undo took "
-                       f"{row['undo_took']:.0f} s)" + ("" if detectable else
-                       f"; the culprit not required: {why}"))
+                       f"{row['undo_took']:.0f} s)")
         print(f"   probe CPU during the fault: {self.probe_cpu(t_inj, t_undo0)}", flush=True)
         if not ok:
             self.diagnose(t_inj, t_undo)
@@ -401,20 +393,18 @@ class Matrix:
             named = [n for n in culprit if names_culprit(n, f)]
             f.row["notes"] = len(named)
             f.row["notes_default"] = len(default)
-            # One naming the culprit; none for a fault below the thresholds that named none.
-            # Others to the culprit receivers may go out before it (a port down alone, see
-            # `one`), about the fault's hosts only.
-            want = 1 if f.row["culprits"] or f.row["detectable"] else 0
+            # One naming the culprit. Others to the culprit receivers may go out before it (a
+            # port down alone, see `one`), about the fault's hosts only.
             # The firing alerts of each notification must be about the fault's hosts; a
             # notification also carries the group's alerts resolved since its last one (a
             # route grouped by alertname: the previous fault's RdmaPathDown), which are not.
             resolved = sorted({show(key_of(a["labels"])) for n in culprit for a in n["alerts"]
                                if a.get("status") != "firing"})
-            ok = len(named) == want and (want or not culprit) and all(
+            ok = len(named) == 1 and all(
                 about(key_of(a["labels"])) <= set(f.touched)
                 for n in culprit for a in n["alerts"] if a.get("status") == "firing")
             self.run.check(f"matrix-{f.name}-one-notification", ok,
-                           f"{len(named)} firing notification(s) naming a culprit (want {want}) of "
+                           f"{len(named)} firing notification(s) naming a culprit (want 1) of "
                            f"{len(culprit)} to the culprit receivers: "
                            + ("; ".join(f"{n['receiver']} {firing(n)}" for n in culprit) or "none")
                            + f" (resolved alerts in them: {resolved or 'none'})"
@@ -431,8 +421,7 @@ class Matrix:
             r = f.row
             culprits = ", ".join(r["culprits"] + [f"(also {a})" for a in r["allowed"]]
                                  + [f"WRONG {w}" for w in r["wrong"]]
-                                 + [("MISSING " if r["detectable"] else "not seen (below the "
-                                     "thresholds here) ") + m for m in r["missing"]]) or "none"
+                                 + [f"MISSING {m}" for m in r["missing"]]) or "none"
             lines.append(f"{r['fault']:<28} {culprits:<52} {', '.join(r['pairs_left']) or 'none':<18} "
                          f"{fmt(r['fire_s']):>6} {fmt(r['resolve_s']):>9} "
                          f"{r.get('notes', '-'):>5}  {', '.join(r['other']) or 'none'}")

@@ -9,14 +9,15 @@ results through the Prometheus HTTP API:
   1. the pingmesh dashboard's matrix query (read from dashboards/rdma-pingmesh.json) returns
      all 12 ordered pairs, every pair probed over UD;
   2. the fault matrix (dashboards/fault_matrix.py), with a real Alertmanager: link down,
-     20% ingress loss, 20% egress loss, a partition, a one-way partition, rdmad killed, rxe0
-     removed, +2 ms delay, a host killed; for each the culprit alerts, the pair alerts left
-     firing, seconds to firing and to resolved, one notification per culprit. During the
-     egress loss on h3: only pairs with h3 show loss, the localization names h3 alone
+     20% ingress loss, 20% egress loss, a partition, a one-way partition, rdmad killed,
+     rxe0 removed, +2 ms delay (more where the lab's baseline is over 1 ms: delay_inject),
+     a host killed; for each the culprit alerts, the pair alerts left firing, seconds to
+     firing and to resolved, one notification per culprit. During the egress loss on h3:
+     only pairs with h3 show loss, the localization names h3 alone
      (RdmaHostLinkLossy{host="h3", direction="egress"}) with no path alert, the dashboard's
      verdicts panel names it, and `rdmactl mesh --prometheus` (text and --json, printed)
-     names it; h4 killed: its pairs go unreachable, RdmaHostUnreachable{host="h4"} fires and
-     no path alert does;
+     names it; h4 killed: its pairs go unreachable, RdmaHostUnreachable{host="h4"} fires
+     and no path alert does;
   3. h4 out of DNS: its series vanish (staleness: an instant query no longer returns them);
   4. h4 back in DNS: every pair answers, alerts resolve;
   5. h3 and h4 out of DNS: h1 and h2 probe one peer each with the QPs (`rdma res`) they had
@@ -34,6 +35,7 @@ Prints one line per check and "N passed, M failed"; exits 1 on any failure.
 """
 import argparse
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -449,16 +451,25 @@ def run_matrix(r, m, only=()):
         r.fault("netem", "h3", "loss", "20%")
         state["t"] = time.time()
 
-    def delay_visible():
-        """+2 ms is "slow" by the shipped rule only where it at least doubles the pairs' own
-        baseline (MESH latency_factor 2): so below 2 ms of baseline RTT (any real fabric; a
-        lightly loaded lab). Under a loaded TCG lab the pairs' baseline is milliseconds."""
+    def delay_inject():
+        """+2 ms on h3's egress, or more where the lab's round trips are slow. The rule calls a
+        pair slow above MESH latency_factor (2) x its own baseline: +2 ms is that wherever
+        round trips are under 2 ms (any real fabric; promtool's cases at 20 us). Under TCG the
+        pairs' baseline is milliseconds (about 4 ms on a loaded 2-core machine, with single
+        runs at twice that in the quiet phase), and +2 ms is +50%: inside the noise the factor
+        is there for. So the delay is the larger of 2 ms and (factor + 1) x the median
+        baseline of the pairs to h3 (whole ms): the pairs at about 4x their baseline, where
+        +2 ms puts them on a fabric of 0.67 ms or faster (a margin: a pair's single runs dip
+        to 1.6x under a 3x delay here). The row then proves the path on this lab: the rule,
+        RdmaHostLatencyHigh naming h3 and no pair alert, its one notification."""
         base = r.pairs('rdma:probe_pair_latency_seconds:baseline1d{target="h3"}')
-        med = sorted(base.values())[len(base) // 2] if base else float("inf")
+        med = sorted(base.values())[len(base) // 2] if base else 0.0
         factor = fault_matrix.MESH["latency_factor"]
-        ok = med * (factor - 1) < 0.002
-        return ok, (f"the median baseline RTT of the pairs to h3 is {med * 1e3:.2f} ms: +2 ms "
-                    f"{'is' if ok else 'is not'} above {factor:g}x it")
+        ms = max(2, math.ceil((factor + 1) * med * 1e3))
+        print(f"   delay-h3: median baseline RTT of the pairs to h3 {med * 1e3:.2f} ms: +{ms} ms"
+              + ("" if ms == 2 else f" (+2 ms is {2 / (med * 1e3):.2f}x it, under {factor - 1:g}x)"),
+              flush=True)
+        r.fault("netem", "h3", "delay", f"{ms}ms")
 
     faults = [
         # rdma_rxe cannot take a device from its users, so the lab's rxe-remove kills h2's
@@ -480,8 +491,8 @@ def run_matrix(r, m, only=()):
               ["h2", "h4"], kind="path"),
         Fault("ingress-loss-20%-h2", ["ingress", "h2", "loss", "20%"], ["clear", "h2"],
               [host("RdmaHostLinkLossy", "h2", direction="ingress")], ["h2"]),
-        Fault("delay-2ms-h3", ["netem", "h3", "delay", "2ms"], ["clear", "h3"],
-              [host("RdmaHostLatencyHigh", "h3")], ["h3"], detectable=delay_visible),
+        Fault("delay-h3", delay_inject, ["clear", "h3"],
+              [host("RdmaHostLatencyHigh", "h3")], ["h3"]),
         Fault("partition-h2-h3", ["partition", "h2", "h3"], ["heal", "h2", "h3"],
               [path("h2", "h3", "host"), path("h3", "h2", "host")], ["h2", "h3"], kind="path"),
         Fault("kill-h4", ["kill", "h4"], r.restart_h4,
