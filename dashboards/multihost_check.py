@@ -10,7 +10,7 @@ results through the Prometheus HTTP API:
      all 12 ordered pairs, every pair probed over UD;
   2. the fault matrix (dashboards/fault_matrix.py), with a real Alertmanager: link down,
      20% ingress loss, 20% egress loss, a partition, a one-way partition, rdmad killed,
-     rxe0 removed, +2 ms delay (more where the lab's baseline is over 1 ms: delay_inject),
+     rxe0 removed, +2 ms delay (more where the lab's baseline is over 0.67 ms: delay_inject),
      a host killed; for each the culprit alerts, the pair alerts left firing, seconds to
      firing and to resolved, one notification per culprit. During the egress loss on h3:
      only pairs with h3 show loss, the localization names h3 alone
