@@ -1252,7 +1252,11 @@ rdmactl counters --json > /tmp/after.json
 rdmactl doctor -v --from /tmp/before.json --to /tmp/after.json; echo \"exit $?\"";
 const DOCTOR_LINES: &[&str] = &["retry_exceeded_err"];
 
+/// The chapter's two commands; the trace is ended (SIGTERM) once it shows 17_triage, and
+/// otherwise runs its 15 s (the chapter's --duration 15).
 const TRACE_SCRIPT: &str = "rdmactl trace qp --json --duration 15 > /tmp/trace.log 2>&1 &
 i=0; until grep -q 'rdmactl trace: ready' /tmp/trace.log || [ $i -ge 300 ]; do i=$((i+1)); sleep 0.1; done
-17_triage rxe0 > /dev/null; wait; cat /tmp/trace.log";
+17_triage rxe0 > /dev/null
+i=0; until grep -q '\"comm\":\"17_triage\"' /tmp/trace.log || ! kill -0 $! 2>/dev/null || [ $i -ge 200 ]; do i=$((i+1)); sleep 0.1; done
+kill $! 2>/dev/null; wait; cat /tmp/trace.log";
 const TRACE_LINES: &[&str] = &["\"comm\":\"17_triage\""];
