@@ -738,21 +738,6 @@ fn rdma_ok(args: &str) -> String {
     r.stdout
 }
 
-/// Whether something listens on this TCP port (IPv4 or IPv6), from /proc: the lab image
-/// has no ss.
-fn tcp_listening(port: u16) -> bool {
-    let local = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f)
-            .unwrap_or_default()
-            .lines()
-            .any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && format!("{} ", cols[1]).ends_with(&local) && cols[3] == "0A"
-            })
-    })
-}
-
 /// `ibv_devinfo -v`: the port lines the chapter reads first, and what `-v` adds.
 #[test]
 fn ch17_ibv_devinfo_v_port_lines() {
@@ -949,7 +934,9 @@ fn ch17_ibv_ud_pingpong_fits_the_mtu() {
         "/tmp/ch17-ud-big.log",
     );
     assert!(
-        wait_until(Duration::from_secs(20), || tcp_listening(18518)),
+        wait_until(Duration::from_secs(20), || live_tests::tcp::listening(
+            18518
+        )),
         "FAIL: the 2048-byte server neither listened nor stayed:\n{}",
         big.output()
     );
@@ -964,7 +951,9 @@ fn ch17_ibv_ud_pingpong_fits_the_mtu() {
     // with the server's address.
     let ud = [&UD_PINGPONG[..], &["-s", "512", "-n", "100"]].concat();
     let mut server = Server::start(&ud, "/tmp/ch17-ud-server.log");
-    let listening = wait_until(Duration::from_secs(20), || tcp_listening(18515));
+    let listening = wait_until(Duration::from_secs(20), || {
+        live_tests::tcp::listening(18515)
+    });
     assert!(
         listening,
         "FAIL: no server on TCP 18515:\n{}",
