@@ -30,3 +30,6 @@ pub fn wait_listening(port: u16, limit: Duration) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[cfg(test)]
+mod tests;
