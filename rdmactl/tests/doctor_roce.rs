@@ -101,3 +101,64 @@ fn unknown_device_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nosuch0"));
 }
+
+/// The process `pid` sleeps (nanosleep or clock_nanosleep, x86_64 and aarch64 numbers).
+fn asleep(pid: u32) -> bool {
+    let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+    let nr = syscall.split_whitespace().next().unwrap_or("");
+    wchan.contains("nanosleep") || ["35", "230", "101", "115"].contains(&nr)
+}
+
+#[test]
+fn sigusr1_ends_the_interval_early_and_the_report_covers_the_time_waited() {
+    let root = tree("healthy");
+    let t0 = std::time::Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_rdmactl"))
+        .args([
+            "doctor",
+            "roce",
+            "--json",
+            "--interval",
+            "600",
+            "--path.sysfs",
+        ])
+        .arg(&root)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rdmactl");
+    let pid = child.id();
+    // Its first reading taken, it sleeps in the interval.
+    let deadline = t0 + std::time::Duration::from_secs(120);
+    while !asleep(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rdmactl doctor roce never slept"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let kill = Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(kill.success());
+    let out = child.wait_with_output().expect("wait for rdmactl");
+    let took = t0.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        took.as_secs() < 300,
+        "SIGUSR1 did not end the interval: {took:?}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let secs = json["interval_seconds"].as_f64().expect("interval_seconds");
+    assert!(
+        secs > 0.0 && secs <= took.as_secs_f64(),
+        "interval_seconds {secs} for a run of {took:?}"
+    );
+}

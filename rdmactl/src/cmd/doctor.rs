@@ -67,7 +67,8 @@ fn load(path: &PathBuf) -> Result<Snapshot> {
 enum Check {
     /// Check the RoCE configuration of every Ethernet RDMA port (or DEV's): MTU, RoCE v2 GIDs,
     /// rdma_cm defaults, PFC, the DSCP map, trust, ECN, pause storms, discards, link flaps
-    /// and retransmissions. Exit code 0 when no check fails (warnings and "not available"
+    /// and retransmissions. The counters are read twice, --interval apart; SIGUSR1 ends the
+    /// interval early. Exit code 0 when no check fails (warnings and "not available"
     /// included), 4 when one fails, 3 when there is no RDMA device.
     Roce(super::doctor_roce::Args),
 }

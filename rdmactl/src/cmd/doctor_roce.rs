@@ -9,6 +9,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -32,7 +34,10 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Seconds between the two readings of the driver statistics (pause, discards) and of
-    /// the link and retransmission counters.
+    /// the link and retransmission counters. An upper bound: SIGUSR1 (`kill -USR1 PID`)
+    /// ends the interval early, to watch a port while a fault or a job runs and read the
+    /// checks once it is over; the counts and rates then cover the time actually waited
+    /// (`interval_seconds` in the JSON).
     #[arg(long, default_value_t = 1.0, value_parser = super::parse_seconds)]
     interval: f64,
     /// Where sysfs is mounted (configfs is read under PATH/kernel/config).
@@ -79,11 +84,34 @@ fn verbs_port_mtu(_device: &str, _port: u32) -> Option<PortMtu> {
     None
 }
 
+/// How often the interval looks whether SIGUSR1 ended it: the most a SIGUSR1 waits to
+/// be acted on (std's sleep resumes after a signal).
+const END_POLL: Duration = Duration::from_millis(50);
+
+/// Sleep for `interval`, or until `end` is set (SIGUSR1); true when `end` cut it short.
+fn wait_interval(interval: Duration, end: &AtomicBool) -> bool {
+    let deadline = Instant::now() + interval;
+    loop {
+        if end.load(Ordering::Relaxed) {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        std::thread::sleep(END_POLL.min(deadline - now));
+    }
+}
+
 /// Run `rdmactl doctor roce`.
 pub fn run(args: Args) -> Result<ExitCode> {
     if !(args.interval >= 0.0 && args.interval <= 3600.0) {
         bail!("--interval must be between 0 and 3600 seconds");
     }
+    // Before the first reading: a SIGUSR1 that comes once it is taken ends the interval
+    // instead of killing the process (SIGUSR1's default action).
+    let end = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&end))?;
     let reader = SysfsReader::new(&args.sysfs).with_options(ReadOptions {
         gids: true,
         counters: false,
@@ -162,7 +190,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let t0 = Instant::now();
     if args.interval > 0.0 && args.ethtool_capture.is_none() {
-        std::thread::sleep(Duration::from_secs_f64(args.interval));
+        wait_interval(Duration::from_secs_f64(args.interval), &end);
     }
     // Captured answers have no time: the interval is what was asked for.
     let secs = if args.ethtool_capture.is_some() {
@@ -249,3 +277,6 @@ fn print_human(out: &mut impl Write, r: &RoceReport) -> std::io::Result<()> {
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,6 +7,7 @@
 
 pub mod cgroup;
 pub mod fabric;
+pub mod tcp;
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -302,7 +303,14 @@ pub fn perftest_between_veth_devices(tool: &str, args: &[&str]) -> PerftestRun {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start the {tool} server: {e}"));
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    // The server's TCP port (perftest's default 18515, or `-p`) listening; a server that
+    // never listens fails the client, and the caller sees it in the run.
+    let port = args
+        .iter()
+        .position(|a| *a == "-p")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(18515);
+    tcp::wait_listening(port, Duration::from_secs(30));
     let mut client_args = common("rxe_b");
     client_args.push("10.1.0.1".into());
     let client = std::process::Command::new("timeout")

@@ -220,7 +220,8 @@ fn packet_counters_grow_under_traffic() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("FAIL: cannot start ib_write_bw (server)");
-    std::thread::sleep(Duration::from_secs(1));
+    // Listening: a server that never does fails the client below.
+    live_tests::tcp::wait_listening(18515, Duration::from_secs(30));
     let client = Command::new("timeout")
         .args(["60", "ib_write_bw", "-d", "rxe_b"])
         .args(common)

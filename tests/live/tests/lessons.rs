@@ -738,21 +738,6 @@ fn rdma_ok(args: &str) -> String {
     r.stdout
 }
 
-/// Whether something listens on this TCP port (IPv4 or IPv6), from /proc: the lab image
-/// has no ss.
-fn tcp_listening(port: u16) -> bool {
-    let local = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f)
-            .unwrap_or_default()
-            .lines()
-            .any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && format!("{} ", cols[1]).ends_with(&local) && cols[3] == "0A"
-            })
-    })
-}
-
 /// `ibv_devinfo -v`: the port lines the chapter reads first, and what `-v` adds.
 #[test]
 fn ch17_ibv_devinfo_v_port_lines() {
@@ -949,7 +934,9 @@ fn ch17_ibv_ud_pingpong_fits_the_mtu() {
         "/tmp/ch17-ud-big.log",
     );
     assert!(
-        wait_until(Duration::from_secs(20), || tcp_listening(18518)),
+        wait_until(Duration::from_secs(20), || live_tests::tcp::listening(
+            18518
+        )),
         "FAIL: the 2048-byte server neither listened nor stayed:\n{}",
         big.output()
     );
@@ -964,7 +951,9 @@ fn ch17_ibv_ud_pingpong_fits_the_mtu() {
     // with the server's address.
     let ud = [&UD_PINGPONG[..], &["-s", "512", "-n", "100"]].concat();
     let mut server = Server::start(&ud, "/tmp/ch17-ud-server.log");
-    let listening = wait_until(Duration::from_secs(20), || tcp_listening(18515));
+    let listening = wait_until(Duration::from_secs(20), || {
+        live_tests::tcp::listening(18515)
+    });
     assert!(
         listening,
         "FAIL: no server on TCP 18515:\n{}",
@@ -1252,7 +1241,11 @@ rdmactl counters --json > /tmp/after.json
 rdmactl doctor -v --from /tmp/before.json --to /tmp/after.json; echo \"exit $?\"";
 const DOCTOR_LINES: &[&str] = &["retry_exceeded_err"];
 
+/// The chapter's two commands; the trace is ended (SIGTERM) once it shows 17_triage, and
+/// otherwise runs its 15 s (the chapter's --duration 15).
 const TRACE_SCRIPT: &str = "rdmactl trace qp --json --duration 15 > /tmp/trace.log 2>&1 &
 i=0; until grep -q 'rdmactl trace: ready' /tmp/trace.log || [ $i -ge 300 ]; do i=$((i+1)); sleep 0.1; done
-17_triage rxe0 > /dev/null; wait; cat /tmp/trace.log";
+17_triage rxe0 > /dev/null
+i=0; until grep -q '\"comm\":\"17_triage\"' /tmp/trace.log || ! kill -0 $! 2>/dev/null || [ $i -ge 200 ]; do i=$((i+1)); sleep 0.1; done
+kill $! 2>/dev/null; wait; cat /tmp/trace.log";
 const TRACE_LINES: &[&str] = &["\"comm\":\"17_triage\""];

@@ -6,8 +6,9 @@
 //!
 //! The doctor runs in the background on the hosts with a long interval; the fault is
 //! injected only once its first reading is taken (the process sleeps in nanosleep), so the
-//! fault falls inside its window however slow the host is. Every fault is undone when the
-//! test ends, also when it fails.
+//! fault falls inside its window however slow the host is. Once the fault is over and the
+//! counters the doctor reads have moved, SIGUSR1 ends its interval (the interval is only
+//! the upper bound). Every fault is undone when the test ends, also when it fails.
 #![forbid(unsafe_code)]
 
 use live_tests::fabric::{
@@ -64,9 +65,18 @@ fn rdmad_link_downed(host: &str) -> f64 {
         })
 }
 
+/// A `rdmactl doctor roce` running in the background on a host.
+struct Doctor {
+    host: &'static str,
+    /// Its files' prefix on the host (`.pid`, `.json`, `.err`).
+    tag: String,
+    run: JoinHandle<live_tests::fabric::Remote>,
+}
+
 /// `rdmactl doctor roce rxe0 --json --interval SECS` started in the background on `host`;
-/// returns once its first reading is taken (it sleeps), with the thread that waits for it.
-fn doctor_started(host: &str, secs: u32) -> JoinHandle<live_tests::fabric::Remote> {
+/// returns once its first reading is taken (it sleeps in its interval, polling for
+/// SIGUSR1 in short nanosleeps).
+fn doctor_started(host: &'static str, secs: u32) -> Doctor {
     let tag = format!("/tmp/roce-doctor-{}", std::process::id());
     on_host(host, &format!("rm -f {tag}.pid")).ok("clearing the doctor's pid file");
     let run = spawn_on_host(
@@ -87,11 +97,18 @@ fn doctor_started(host: &str, secs: u32) -> JoinHandle<live_tests::fabric::Remot
         Duration::from_secs(60),
         "rdmactl doctor roce asleep after its first reading",
     );
-    run
+    Doctor { host, tag, run }
 }
 
-/// The JSON report of a finished doctor (exit 0, or 4 when a check failed).
-fn doctor_report(host: &str, run: JoinHandle<live_tests::fabric::Remote>) -> Value {
+/// Ends the doctor's interval now (SIGUSR1; a doctor whose interval already ran out has
+/// removed its pid file) and returns its JSON report (exit 0, or 4 when a check failed).
+fn doctor_report(d: Doctor) -> Value {
+    let Doctor { host, tag, run } = d;
+    on_host(
+        host,
+        &format!("p=$(cat {tag}.pid 2>/dev/null) && [ -n \"$p\" ] && kill -USR1 $p; true"),
+    )
+    .ok(&format!("ending the interval of the doctor on {host}"));
     let r = run.join().expect("doctor thread");
     assert!(
         r.code == 0 || r.code == 4,
@@ -104,8 +121,13 @@ fn doctor_report(host: &str, run: JoinHandle<live_tests::fabric::Remote>) -> Val
         .find('{')
         .unwrap_or_else(|| panic!("FAIL: doctor roce on {host} printed no JSON:\n{}", r.output));
     let end = r.output.rfind('}').unwrap_or(start);
-    serde_json::from_str(&r.output[start..=end])
-        .unwrap_or_else(|e| panic!("FAIL: doctor roce --json on {host}: {e}:\n{}", r.output))
+    let report: Value = serde_json::from_str(&r.output[start..=end])
+        .unwrap_or_else(|e| panic!("FAIL: doctor roce --json on {host}: {e}:\n{}", r.output));
+    let secs = report["interval_seconds"].as_f64().unwrap_or_else(|| {
+        panic!("FAIL: doctor roce on {host} reports no interval_seconds:\n{report:#}")
+    });
+    println!("doctor roce on {host}: interval {secs:.1} s");
+    report
 }
 
 fn check<'a>(report: &'a Value, host: &str, id: &str) -> &'a Value {
@@ -135,7 +157,8 @@ fn a_netem_loss_on_h2_shows_in_h2_retransmits_and_its_doctor_only() {
     // h2 and h3 write to h1 (ib_write_bw clients); loss on h2's egress drops h2's data
     // packets: h2 gets NAKs and retransmits, h1's responder sees them out of sequence, h3's
     // traffic is clean. A 1 s ACK timeout (-u 18) keeps a slow TCG host from retransmitting
-    // on its own. The doctors on h2 and h3 read before the loss starts and 90 s later.
+    // on its own. The doctors on h2 and h3 read before the loss starts and again once the
+    // traffic is over and its counters moved (at most 90 s later).
     let d2 = doctor_started("h2", 90);
     let d3 = doctor_started("h3", 90);
     let before: Vec<_> = ["h1", "h2", "h3"].iter().map(|h| hw_counters(h)).collect();
@@ -207,8 +230,8 @@ fn a_netem_loss_on_h2_shows_in_h2_retransmits_and_its_doctor_only() {
         );
     }
 
-    let r2 = doctor_report("h2", d2);
-    let r3 = doctor_report("h3", d3);
+    let r2 = doctor_report(d2);
+    let r3 = doctor_report(d3);
     let re2 = check(&r2, "h2", "retransmits");
     println!(
         "doctor roce on h2: retransmits {} ({}): {}",
@@ -295,8 +318,8 @@ fn b_link_flap_on_h3_shows_in_h3_link_counters_and_its_doctor_only() {
         "FAIL: rdmad on h3: rdma_port_hw_link_downed_total {rdmad_before} -> {rdmad_after}"
     );
 
-    let r3 = doctor_report("h3", d3);
-    let r2 = doctor_report("h2", d2);
+    let r3 = doctor_report(d3);
+    let r2 = doctor_report(d2);
     let f3 = check(&r3, "h3", "link-flaps");
     println!(
         "doctor roce on h3: link-flaps {} ({}): {}",

@@ -108,7 +108,8 @@ fn run_traffic() {
         .spawn()
         .expect("start ib_write_bw server");
     let _server = Reaper(server);
-    std::thread::sleep(Duration::from_secs(2));
+    // Listening: a server that never does fails the client below.
+    live_tests::tcp::wait_listening(18515, Duration::from_secs(30));
     let client = Command::new("timeout")
         .args([
             "60",

@@ -169,7 +169,8 @@ fn top_shows_rates_and_qps_while_ib_write_bw_runs() {
     assert_eq!(idle[5], "veth0", "{idle:?}");
 
     let mut server = ib_write_bw("rxe_a", None);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Listening: a server that never does fails the client, and the loop below says so.
+    live_tests::tcp::wait_listening(18515, Duration::from_secs(30));
     let mut client = ib_write_bw("rxe_b", Some("10.1.0.1"));
 
     // Poll while the benchmark runs: both devices must show moving packets, and the
