@@ -21,15 +21,19 @@ pub struct TestBinary {
     pub path: PathBuf,
 }
 
-/// The test executables in `cargo test --no-run --message-format=json` output, sorted by
-/// name with `smoke` first (if it fails, nothing after it means much).
-pub fn test_binaries(cargo_json: &str) -> Vec<TestBinary> {
+/// The test executables of `package` in `cargo test --no-run --message-format=json` output
+/// (a build of several packages reports every package's), sorted by name with `smoke` first
+/// (if it fails, nothing after it means much).
+pub fn test_binaries(cargo_json: &str, package: &str) -> Vec<TestBinary> {
     let mut bins = Vec::new();
     for line in cargo_json.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
         if v["reason"] != "compiler-artifact" {
+            continue;
+        }
+        if v["package_id"].as_str().and_then(package_name) != Some(package) {
             continue;
         }
         // Integration tests, and the crate's own unit tests (profile.test on the lib).
@@ -51,6 +55,19 @@ pub fn test_binaries(cargo_json: &str) -> Vec<TestBinary> {
     bins.sort_by(|a, b| a.name.cmp(&b.name));
     bins.sort_by_key(|b| b.name != "smoke");
     bins
+}
+
+/// The package name in a cargo package ID: `path+file:///w/tests/live#live-tests@0.1.0`, or
+/// `path+file:///w/rdmad#0.1.0` when the directory has the package's name (cargo's format
+/// since 1.77), or `live-tests 0.1.0 (path+file:///w/tests/live)` (the older one).
+fn package_name(id: &str) -> Option<&str> {
+    if let Some((url, fragment)) = id.rsplit_once('#') {
+        return match fragment.split_once('@') {
+            Some((name, _version)) => Some(name),
+            None => url.trim_end_matches('/').rsplit('/').next(),
+        };
+    }
+    id.split_once(' ').map(|(name, _)| name)
 }
 
 /// The binaries a lab runs: the multi-host suite needs a fabric, the single-VM suite is
@@ -174,16 +191,28 @@ mod tests {
 
     #[test]
     fn cargo_artifacts_become_ordered_binaries_and_are_selected() {
-        let json = r#"{"reason":"compiler-artifact","profile":{"test":true},"target":{"name":"verbs","kind":["test"]},"executable":"/t/verbs-1"}
-{"reason":"compiler-artifact","profile":{"test":false},"target":{"name":"live-tests","kind":["lib"]},"executable":null}
-{"reason":"compiler-artifact","profile":{"test":true},"target":{"name":"live-tests","kind":["lib"]},"executable":"/t/live_tests-2"}
-{"reason":"compiler-artifact","profile":{"test":true},"target":{"name":"multihost","kind":["test"]},"executable":"/t/multihost-3"}
-{"reason":"compiler-artifact","profile":{"test":true},"target":{"name":"smoke","kind":["test"]},"executable":"/t/smoke-4"}
+        // A workspace build: other packages' tests (rdmad's own `exporter`, rdmactl's unit
+        // tests, a package whose directory has its name) are not the live suite.
+        let json = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/tests/live#live-tests@0.1.0","profile":{"test":true},"target":{"name":"verbs","kind":["test"]},"executable":"/t/verbs-1"}
+{"reason":"compiler-artifact","package_id":"path+file:///w/tests/live#live-tests@0.1.0","profile":{"test":false},"target":{"name":"live-tests","kind":["lib"]},"executable":null}
+{"reason":"compiler-artifact","package_id":"path+file:///w/rdmad#0.1.0","profile":{"test":true},"target":{"name":"exporter","kind":["test"]},"executable":"/t/exporter-5"}
+{"reason":"compiler-artifact","package_id":"path+file:///w/rdmactl#0.1.0","profile":{"test":true},"target":{"name":"rdmactl","kind":["lib"]},"executable":"/t/rdmactl-6"}
+{"reason":"compiler-artifact","package_id":"path+file:///w/tests/live#live-tests@0.1.0","profile":{"test":true},"target":{"name":"live-tests","kind":["lib"]},"executable":"/t/live_tests-2"}
+{"reason":"compiler-artifact","package_id":"path+file:///w/tests/live#live-tests@0.1.0","profile":{"test":true},"target":{"name":"multihost","kind":["test"]},"executable":"/t/multihost-3"}
+{"reason":"compiler-artifact","package_id":"live-tests 0.1.0 (path+file:///w/tests/live)","profile":{"test":true},"target":{"name":"smoke","kind":["test"]},"executable":"/t/smoke-4"}
+{"reason":"compiler-artifact","package_id":"registry+https://example.invalid/index#serde@1.0.0","profile":{"test":false},"target":{"name":"serde","kind":["lib"]},"executable":null}
 not json
 {"reason":"build-finished","success":true}"#;
-        let bins = test_binaries(json);
+        let bins = test_binaries(json, "live-tests");
         let names: Vec<&str> = bins.iter().map(|b| b.name.as_str()).collect();
         assert_eq!(names, ["smoke", "live_tests-unit", "multihost", "verbs"]);
+        let rdmad: Vec<String> = test_binaries(json, "rdmad")
+            .into_iter()
+            .map(|b| b.name)
+            .collect();
+        assert_eq!(rdmad, ["exporter"]);
+        assert_eq!(test_binaries(json, "rdmactl")[0].name, "rdmactl-unit");
+        assert!(test_binaries(json, "live").is_empty());
         let single: Vec<String> = select(bins.clone(), false, None)
             .into_iter()
             .map(|b| b.name)

@@ -50,16 +50,36 @@ pub(super) fn find_workspace() -> Option<PathBuf> {
     None
 }
 
+/// The features of the lab's builds: every verbs-based one. tests/run's unit tests build
+/// the workspace with the same ones (its copy of them must stay in step), so that the lab's
+/// target directory, seeded from theirs, finds those units built.
+pub(super) const LAB_FEATURES: &str = "rdmactl/verbs,rdmactl/bpf,rdmad/bpf,rdmad/verbs";
+
 /// What the VM gets: both binaries with every verbs-based feature on, built into their own
 /// target directory ([`LAB_TARGET_DIR`]).
-pub(super) const VM_BUILD: &[&str] = &[
-    "-p",
-    "rdmad",
-    "-p",
-    "rdmactl",
+pub(super) const VM_BUILD: &[&str] = &["-p", "rdmad", "-p", "rdmactl", "--features", LAB_FEATURES];
+
+/// The live suite's build (`cargo test` then these), in [`LAB_TARGET_DIR`] too. The whole
+/// workspace with [`LAB_FEATURES`], not `-p live-tests`: cargo resolves the features of
+/// shared dependencies over the packages it is asked for: `-p live-tests` alone gave 44
+/// dependency units other features than tests/run's unit tests (the workspace with these
+/// features), so they were compiled once more; now only live-tests' own 24 units are. Only
+/// the live-tests package's binaries are the suite ([`LIVE_TESTS_PACKAGE`]); the workspace's
+/// other tests are built, not run. Here, not in target/<profile>: there the workspace build
+/// would link rdmactl over the running one; here the VM build has compiled most of it
+/// (without tests/run's seed the workspace's tests add 103 units to the VM build's 318;
+/// `-p live-tests` in target/release added 154 to the default build's). tests/live-count-check
+/// builds the suite with the same arguments.
+pub(super) const LIVE_BUILD: &[&str] = &[
+    "--workspace",
     "--features",
-    "rdmactl/verbs,rdmactl/bpf,rdmad/bpf,rdmad/verbs",
+    LAB_FEATURES,
+    "--no-run",
+    "--message-format=json",
 ];
+
+/// The package of the live suite (tests/live).
+pub(super) const LIVE_TESTS_PACKAGE: &str = "live-tests";
 
 /// "release" when this rdmactl is a release build, else "debug".
 pub(super) fn profile() -> &'static str {
@@ -94,7 +114,9 @@ pub(super) fn is_cargo_run_package_var(name: &str) -> bool {
         )
 }
 
-pub(super) fn cargo_build(workspace: &Path, extra: &[&str]) -> Result<()> {
+/// `cargo SUBCOMMAND [--release]` in the workspace, building into [`LAB_TARGET_DIR`],
+/// without what `cargo run` says of its package.
+fn lab_cargo(workspace: &Path, subcommand: &str) -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     for (name, _) in std::env::vars_os() {
         if name.to_str().is_some_and(is_cargo_run_package_var) {
@@ -103,12 +125,16 @@ pub(super) fn cargo_build(workspace: &Path, extra: &[&str]) -> Result<()> {
     }
     cmd.current_dir(workspace)
         .env("CARGO_TARGET_DIR", workspace.join(LAB_TARGET_DIR))
-        .arg("build")
-        .arg("--quiet");
+        .arg(subcommand);
     if profile() == "release" {
         cmd.arg("--release");
     }
-    cmd.args(extra);
+    cmd
+}
+
+pub(super) fn cargo_build(workspace: &Path, extra: &[&str]) -> Result<()> {
+    let mut cmd = lab_cargo(workspace, "build");
+    cmd.arg("--quiet").args(extra);
     let status = cmd
         .status()
         .context("running cargo to build the lab's binaries")?;
@@ -200,28 +226,24 @@ pub(super) fn course_examples(workspace: Option<&Path>) -> Vec<(PathBuf, String)
     files
 }
 
-/// Build the live suite with cargo; its test binaries ([`suite::test_binaries`]).
+/// Build the live suite with cargo ([`LIVE_BUILD`]); its test binaries
+/// ([`suite::test_binaries`] of [`LIVE_TESTS_PACKAGE`]). Run it before [`project_binaries`]:
+/// this build links rdmad and rdmactl into [`LAB_TARGET_DIR`] as well (today the VM build's
+/// units, but `cargo test` resolves features with the dev-dependencies, which could make
+/// them others), and the VM build after it links its own back, the ones the VM gets.
 pub(super) fn build_live_tests(workspace: &Path) -> Result<Vec<TestBinary>> {
+    // The verbs features need cmake and clang, as the VM build does.
+    rdma_lab::host::ensure_build_tools(&progress)?;
     progress("building the live test suite");
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(workspace).args([
-        "test",
-        "-p",
-        "live-tests",
-        "--no-run",
-        "--message-format=json",
-    ]);
-    if profile() == "release" {
-        cmd.arg("--release");
-    }
-    let out = cmd
+    let out = lab_cargo(workspace, "test")
+        .args(LIVE_BUILD)
         .stderr(Stdio::inherit())
         .output()
         .context("running cargo test --no-run")?;
     if !out.status.success() {
         bail!("building the live test suite failed");
     }
-    let bins = suite::test_binaries(&String::from_utf8_lossy(&out.stdout));
+    let bins = suite::test_binaries(&String::from_utf8_lossy(&out.stdout), LIVE_TESTS_PACKAGE);
     if bins.is_empty() {
         bail!("the live test suite has no test binaries");
     }

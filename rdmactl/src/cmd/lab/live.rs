@@ -25,8 +25,7 @@ pub(super) fn test(a: TestArgs) -> Result<ExitCode> {
         add: Vec::new(),
         bin_dir: None,
     };
-    let mut files = project_binaries(&vm_args, Some(&ws))?;
-    files.extend(course_examples(Some(&ws)));
+    // The suite first: the VM build after it links the VM's binaries (see build_live_tests).
     let bins = suite::select(build_live_tests(&ws)?, multi_host, a.only.as_deref());
     if bins.is_empty() {
         bail!(
@@ -34,6 +33,8 @@ pub(super) fn test(a: TestArgs) -> Result<ExitCode> {
             a.only.as_deref().unwrap_or("(none)")
         );
     }
+    let mut files = project_binaries(&vm_args, Some(&ws))?;
+    files.extend(course_examples(Some(&ws)));
     for b in &bins {
         files.push((b.path.clone(), suite::guest_path(b)));
     }
