@@ -1,4 +1,4 @@
-//! What the lab needs from the host (qemu, apt, dpkg-deb, xz, readelf) and how to get it:
+//! What the lab needs from the host (qemu, apt, dpkg-deb, xz, readelf, objcopy) and how to get it:
 //! on a Debian/Ubuntu host running as root the lab installs what is missing; elsewhere it
 //! says exactly what to install.
 
@@ -15,6 +15,7 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("dpkg-deb", "dpkg"),
     ("xz", "xz-utils"),
     ("readelf", "binutils"),
+    ("objcopy", "binutils"),
 ];
 
 /// The first `name` on PATH.

@@ -22,6 +22,7 @@ pub mod kernel;
 pub mod kmod;
 pub mod multi;
 pub mod packages;
+pub mod strip;
 pub mod suite;
 pub mod vm;
 

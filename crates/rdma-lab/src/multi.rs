@@ -326,6 +326,7 @@ fn run_in(
     };
     vm::build_initrd(
         base,
+        cache,
         &initrd,
         &dir.join("payload.cpio"),
         argv.as_deref(),

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::cpio::CpioWriter;
 use crate::image::BaseImage;
+use crate::strip;
 use crate::{host, LabError, Progress};
 
 /// Exit code when the run hit its time limit (as timeout(1)).
@@ -201,6 +202,7 @@ pub fn pick_accel() -> &'static str {
 }
 
 fn payload(
+    cache: &Path,
     argv: Option<&[String]>,
     env: &[(String, String)],
     files: &[(PathBuf, String)],
@@ -215,7 +217,9 @@ fn payload(
             .map_err(io)?;
     }
     for (host_path, guest) in files {
-        let data = fs::read(host_path).map_err(|e| LabError::io(host_path, e))?;
+        // ELF files without their debug sections (see strip.rs), with the host file's mode.
+        let copy = strip::guest_copy(cache, host_path)?;
+        let data = fs::read(&copy).map_err(|e| LabError::io(&copy, e))?;
         use std::os::unix::fs::PermissionsExt;
         let mode = fs::metadata(host_path)
             .map(|m| m.permissions().mode())
@@ -232,9 +236,11 @@ fn payload(
 pub const QEMU_PIDFILE: &str = "qemu.pid";
 
 /// Write `initrd`: the base initramfs followed by a payload archive (built in `extra`) with
-/// the command script (when `argv` is given) and the files; the kernel unpacks both in turn.
+/// the command script (when `argv` is given) and the files (ELF files stripped of their
+/// debug sections, copies kept in `cache`); the kernel unpacks both in turn.
 pub(crate) fn build_initrd(
     base: &BaseImage,
+    cache: &Path,
     initrd: &Path,
     extra: &Path,
     argv: Option<&[String]>,
@@ -242,7 +248,7 @@ pub(crate) fn build_initrd(
     files: &[(PathBuf, String)],
 ) -> Result<(), LabError> {
     fs::copy(&base.initrd, initrd).map_err(|e| LabError::io(initrd, e))?;
-    payload(argv, env, files, extra)?;
+    payload(cache, argv, env, files, extra)?;
     let mut f = fs::OpenOptions::new()
         .append(true)
         .open(initrd)
@@ -294,6 +300,7 @@ fn run_in(
     };
     build_initrd(
         base,
+        cache,
         &initrd,
         &run_dir.join("payload.cpio"),
         argv,

@@ -60,7 +60,9 @@ pub(super) fn spec_from(vm: &VmArgs, files: Vec<(PathBuf, String)>) -> Result<Ru
 
 /// Per-host memory and CPUs of a multi-host lab: small, N of them share this machine. The
 /// memory must hold the initramfs twice while it unpacks (image + the multi-host test
-/// binaries, ~270 MB on 2026-12-01): 768 MiB stopped fitting.
+/// binaries). With their debug sections those binaries outgrew 768 MiB (~270 MB on
+/// 2026-12-01), then 1024 MiB (~350 MB on 2026-12-06); the VMs now get them stripped
+/// (rdma_lab::strip: 31 MB image + 48 MB of binaries on 2026-12-06).
 pub(super) const MULTI_MEMORY_MIB: u32 = 1024;
 pub(super) const MULTI_CPUS: u32 = 1;
 
