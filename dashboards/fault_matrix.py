@@ -229,9 +229,12 @@ class Matrix:
         _, before = self.tracker.latest()
         t_inj = time.time()
         self.do(f.inject)
-        # Hold: until every culprit fires (at most 60 s, the 30 s target measured), then one
+        # Hold: until every culprit fires (bounded; the 30 s target measured), then one
         # `for:` and two evaluations more.
-        limit = FIRE_BOUND
+        # FIRE_BOUND is for culprits whose `for:` is the matrix's (10 s); one with a longer
+        # `for:` (RdmaHostLatencyHigh: 10m, 50 s here) gets the difference on top, so that
+        # its detection has the same time before the bound.
+        limit = FIRE_BOUND + max(0.0, max(self.alert_for(c[0]) for c in f.culprits) - self.for_s)
         t_all = self.tracker.wait_for(t_inj, limit, lambda s: all(
             any(matches(k, c) and st == "firing" for k, st in s.items()) for c in f.culprits))
         if during:
@@ -309,6 +312,8 @@ class Matrix:
                        f"{RESOLVE_TARGET:.0f} s: {met(row['resolve_s'], RESOLVE_TARGET)}; the undo took "
                        f"{row['undo_took']:.0f} s)")
         print(f"   probe CPU during the fault: {self.probe_cpu(t_inj, t_undo0)}", flush=True)
+        for line in self.verdict_timeline(f, t_inj, t_undo0):
+            print(f"   {line}", flush=True)
         if not ok:
             self.diagnose(t_inj, t_undo)
         self.faults.append(f)
@@ -325,9 +330,43 @@ class Matrix:
         cpu = sorted((s["metric"].get("instance", "?"), float(s["value"][1])) for s in res)
         return ", ".join(f"{h} {v:.0%}" for h, v in cpu) or "no series"
 
+    def alert_for(self, name):
+        """The `for:` (seconds) of alerting rule `name` as the running Prometheus loaded it."""
+        if not hasattr(self, "_for"):
+            self._for = {r["name"]: float(r.get("duration", 0))
+                         for g in self.run.rule_groups() for r in g["rules"]
+                         if r.get("type") == "alerting"}
+        if name not in self._for:
+            raise ValueError(f"Prometheus has no alerting rule {name}")
+        return self._for[name]
+
+    def verdict_timeline(self, f, t0, t1):
+        """For each host culprit of the fault: its host verdict's recording rule at each
+        evaluation step from the injection to the undo ('#' present, '.' absent), the `for:`
+        of its alert counting from the first '#' of the last unbroken run. Printed, never
+        asserted: it shows whether a slow culprit was late to appear or flickered."""
+        lines = []
+        for name, labels in f.culprits:
+            h = labels.get("host")
+            if not h:
+                continue
+            rec = "rdma:probe_host_slow" if name == "RdmaHostLatencyHigh" else "rdma:probe_host_culprit"
+            step = self.interval
+            try:
+                res = self.run.query_range(f'max({rec}{{host="{h}"}})', t0, t1, step)
+            except Exception as e:  # a figure never fails the run
+                lines.append(f"{rec}{{host={h}}}: unknown ({e})")
+                continue
+            seen = {round((float(t) - t0) / step) for t, _ in (res[0]["values"] if res else [])}
+            n = int((t1 - t0) / step) + 1
+            marks = "".join("#" if k in seen else "." for k in range(n))
+            lines.append(f"{rec}{{host={h}}} every {step:g} s from the injection: {marks}")
+        return lines
+
     def diagnose(self, t_inj, t_undo):
         """A failed row says why: what the probers saw of each pair during the fault (failed
-        runs by failure, the worst status, the worst loss by direction), from Prometheus."""
+        runs by failure, the worst status, the worst loss by direction, the latency against
+        the baseline and the latency stages of the rules), from Prometheus."""
         span = max(int(t_undo - t_inj), 1)
         queries = [
             ("failed runs", f'sum by (instance, peer, status) (increase('
@@ -336,6 +375,21 @@ class Matrix:
              f'max_over_time(rdma:probe_pair_status[{span}s]) > 0'),
             ("worst loss ratio by direction",
              f'max_over_time(rdma:probe_pair_loss_direction:ratio30s[{span}s]) > 0'),
+            # The latency path (the delay row): what each pair measured against its
+            # baseline, and how far the rules' stages got.
+            ("lowest typical latency (s)",
+             f'min_over_time(rdma:probe_pair_latency_seconds:typical[{span}s])'),
+            ("highest typical latency (s)",
+             f'max_over_time(rdma:probe_pair_latency_seconds:typical[{span}s])'),
+            ("baseline (s)", 'rdma:probe_pair_latency_seconds:baseline1d'),
+            ("evaluations with the pair above its baseline",
+             f'count_over_time(rdma:probe_pair_latency_high[{span}s])'),
+            ("evaluations with a slow target",
+             f'count_over_time(rdma:probe_target_slow[{span}s])'),
+            ("evaluations with a slow host",
+             f'count_over_time(rdma:probe_host_slow[{span}s])'),
+            ("evaluations with a host culprit",
+             f'count_over_time(rdma:probe_host_culprit[{span}s])'),
         ]
         for what, expr in queries:
             try:
