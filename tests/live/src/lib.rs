@@ -163,6 +163,18 @@ pub fn parse_devinfo(text: &str) -> Result<Vec<DevinfoDevice>, String> {
     Ok(devices)
 }
 
+/// Poll `cond` every 100 ms for up to `limit`; whether it became true.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
 /// Run a command, failing with a clear message when it cannot start.
 pub fn run(cmd: &str, args: &[&str]) -> Result<Output, String> {
     Command::new(cmd)

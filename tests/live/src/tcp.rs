@@ -1,7 +1,7 @@
 //! Whether a TCP port listens inside the lab, from /proc (the lab image has no ss): a
 //! server started in the background is waited for this way, never for a fixed time.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Whether something listens on this TCP port (IPv4 or IPv6).
 pub fn listening(port: u16) -> bool {
@@ -19,16 +19,7 @@ pub fn listening(port: u16) -> bool {
 
 /// Poll [`listening`] until it holds, at most `limit`; whether it did.
 pub fn wait_listening(port: u16, limit: Duration) -> bool {
-    let start = Instant::now();
-    loop {
-        if listening(port) {
-            return true;
-        }
-        if start.elapsed() >= limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    crate::wait_until(limit, || listening(port))
 }
 
 #[cfg(test)]

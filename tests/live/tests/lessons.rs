@@ -705,18 +705,6 @@ impl Drop for Server {
     }
 }
 
-/// Poll `cond` every 100 ms for up to `limit`; whether it became true.
-fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
-}
-
 /// Run a tool to its end (stdout and stderr apart) within `limit` seconds.
 fn run_tool(argv: &[&str], limit: u64) -> Run {
     let mut cmd = tool(argv[0]);
@@ -827,7 +815,7 @@ fn ch17_rdma_statistic_qp_on_rxe() {
         "/tmp/ch17-statqp-server.log",
     );
     let mut qps = String::new();
-    let listed = wait_until(Duration::from_secs(20), || {
+    let listed = live_tests::wait_until(Duration::from_secs(20), || {
         qps = rdma_ok("resource show qp link rxe0/1");
         qps.contains("comm ibv_ud_pingpong")
     });
@@ -872,7 +860,7 @@ fn ch17_rping_three_round_trips() {
         &["rping", "-s", "-a", "10.0.2.15", "-C", "3", "-v"],
         "/tmp/ch17-rping-server.log",
     );
-    let listening = wait_until(Duration::from_secs(20), || {
+    let listening = live_tests::wait_until(Duration::from_secs(20), || {
         rdma_ok("resource show cm_id")
             .lines()
             .any(|l| l.contains("LISTEN") && l.contains("comm rping"))
@@ -934,9 +922,7 @@ fn ch17_ibv_ud_pingpong_fits_the_mtu() {
         "/tmp/ch17-ud-big.log",
     );
     assert!(
-        wait_until(Duration::from_secs(20), || live_tests::tcp::listening(
-            18518
-        )),
+        live_tests::tcp::wait_listening(18518, Duration::from_secs(20)),
         "FAIL: the 2048-byte server neither listened nor stayed:\n{}",
         big.output()
     );
@@ -951,9 +937,7 @@ fn ch17_ibv_ud_pingpong_fits_the_mtu() {
     // with the server's address.
     let ud = [&UD_PINGPONG[..], &["-s", "512", "-n", "100"]].concat();
     let mut server = Server::start(&ud, "/tmp/ch17-ud-server.log");
-    let listening = wait_until(Duration::from_secs(20), || {
-        live_tests::tcp::listening(18515)
-    });
+    let listening = live_tests::tcp::wait_listening(18515, Duration::from_secs(20));
     assert!(
         listening,
         "FAIL: no server on TCP 18515:\n{}",
@@ -1027,7 +1011,7 @@ fn steal_a_grant(port: &str, one_pd: bool) -> Theft {
     let mut server = Server::start(&args, &format!("/tmp/ch05-theft-server-{port}.log"));
     let listening = format!("server: listening on port {port}");
     assert!(
-        wait_until(Duration::from_secs(20), || server
+        live_tests::wait_until(Duration::from_secs(20), || server
             .output()
             .contains(&listening)),
         "FAIL: the server never listened:\n{}",
@@ -1038,7 +1022,7 @@ fn steal_a_grant(port: &str, one_pd: bool) -> Theft {
     victim_args.extend(["-r", "300", "-d", "50", "10.0.2.15"]);
     let mut victim = Server::start(&victim_args, &format!("/tmp/ch05-theft-victim-{port}.log"));
     let mut grant = String::new();
-    let granted = wait_until(Duration::from_secs(30), || {
+    let granted = live_tests::wait_until(Duration::from_secs(30), || {
         let out = server.output();
         match out.lines().find(|l| l.starts_with("server: grant to \"")) {
             Some(l) => {

@@ -1,5 +1,6 @@
 use super::*;
 use std::net::TcpListener;
+use std::time::Instant;
 
 #[test]
 fn a_bound_listener_is_listening_and_a_dropped_one_is_not() {
