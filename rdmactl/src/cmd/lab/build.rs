@@ -51,8 +51,9 @@ pub(super) fn find_workspace() -> Option<PathBuf> {
 }
 
 /// The features of the lab's builds: every verbs-based one. tests/run's unit tests build
-/// the workspace with the same ones (its copy of them must stay in step), so that the lab's
-/// target directory, seeded from theirs, finds those units built.
+/// the workspace with the same ones, so that the lab's target directory, seeded from
+/// theirs, finds those units built. tests/run and tests/live-count-check read them from this
+/// line: keep it one line, in this form.
 pub(super) const LAB_FEATURES: &str = "rdmactl/verbs,rdmactl/bpf,rdmad/bpf,rdmad/verbs";
 
 /// What the VM gets: both binaries with every verbs-based feature on, built into their own
