@@ -21,12 +21,9 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How often watch mode checks for Ctrl-C while waiting for the next sample.
-const STOP_POLL: Duration = Duration::from_millis(50);
 
 /// Show RDMA counters (IB PMA, driver hw_counters, device-level), once or as rates.
 ///
@@ -291,7 +288,7 @@ fn watch(
         interval.as_secs_f64()
     );
     loop {
-        if args.count.is_some_and(|n| reports >= n) || !sleep_unless_stopped(interval, &stop) {
+        if args.count.is_some_and(|n| reports >= n) || super::sleep_until_flag(interval, &stop) {
             break;
         }
         let snapshot = sample(reader, args.target.as_ref())?;
@@ -344,21 +341,6 @@ fn watch(
         reports += 1;
     }
     Ok(ExitCode::from(exit::OK))
-}
-
-/// Sleep for `interval` in small steps; false when a stop signal arrived.
-fn sleep_unless_stopped(interval: Duration, stop: &AtomicBool) -> bool {
-    let deadline = Instant::now() + interval;
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return false;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return true;
-        }
-        std::thread::sleep(STOP_POLL.min(deadline - now));
-    }
 }
 
 fn print_report(json: bool, report: &WatchReport<'_>) -> anyhow::Result<()> {

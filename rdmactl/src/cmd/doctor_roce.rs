@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,25 +82,6 @@ fn verbs_port_mtu(device: &str, port: u32) -> Option<PortMtu> {
 #[cfg(not(feature = "verbs"))]
 fn verbs_port_mtu(_device: &str, _port: u32) -> Option<PortMtu> {
     None
-}
-
-/// How often the interval looks whether SIGUSR1 ended it: the most a SIGUSR1 waits to
-/// be acted on (std's sleep resumes after a signal).
-const END_POLL: Duration = Duration::from_millis(50);
-
-/// Sleep for `interval`, or until `end` is set (SIGUSR1); true when `end` cut it short.
-fn wait_interval(interval: Duration, end: &AtomicBool) -> bool {
-    let deadline = Instant::now() + interval;
-    loop {
-        if end.load(Ordering::Relaxed) {
-            return true;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return false;
-        }
-        std::thread::sleep(END_POLL.min(deadline - now));
-    }
 }
 
 /// Run `rdmactl doctor roce`.
@@ -190,7 +171,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let t0 = Instant::now();
     if args.interval > 0.0 && args.ethtool_capture.is_none() {
-        wait_interval(Duration::from_secs_f64(args.interval), &end);
+        super::sleep_until_flag(Duration::from_secs_f64(args.interval), &end);
     }
     // Captured answers have no time: the interval is what was asked for.
     let secs = if args.ethtool_capture.is_some() {

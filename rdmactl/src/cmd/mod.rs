@@ -40,6 +40,29 @@ pub fn parse_seconds(text: &str) -> Result<f64, rdmakit::duration::DurationError
     parse_duration(text).map(|d| d.as_secs_f64())
 }
 
+/// How often [`sleep_until_flag`] looks at its flag: the most a signal that sets it waits
+/// to be acted on (std's sleep resumes after a signal).
+const FLAG_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Sleep for `interval`, or until `flag` is set (a signal handler's: `counters --watch`'s
+/// stop, `doctor roce`'s SIGUSR1); true when the flag cut it short.
+pub fn sleep_until_flag(
+    interval: std::time::Duration,
+    flag: &std::sync::atomic::AtomicBool,
+) -> bool {
+    let deadline = std::time::Instant::now() + interval;
+    loop {
+        if flag.load(std::sync::atomic::Ordering::Relaxed) {
+            return true;
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        std::thread::sleep(FLAG_POLL.min(deadline - now));
+    }
+}
+
 /// [`parse_seconds`] as a [`std::time::Duration`] (`trace --duration`).
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, rdmakit::duration::DurationError> {
     rdmakit::duration::parse(text, std::time::Duration::ZERO..=std::time::Duration::MAX)
