@@ -366,7 +366,11 @@ impl Shared {
                 t.up = true;
             }
             Err(f) => {
-                if t.up || t.runs_total == 0 {
+                // A warning when a target goes down, and for its first result ever; every
+                // later failure at debug (it is counted by kind). A peer that never answered
+                // warned on every round before: 60 silent peers wrote 30 lines a second.
+                let first = t.runs_total == 0 && t.failures_total.is_empty();
+                if t.up || first {
                     tracing::warn!(kind = k.kind, device = k.device, peer = k.peer, op = %k.op, "probe failed: {f}");
                 } else {
                     tracing::debug!(kind = k.kind, device = k.device, peer = k.peer, op = %k.op, "probe failed: {f}");
