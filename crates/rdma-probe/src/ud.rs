@@ -89,6 +89,14 @@ const YIELD_AFTER: Duration = Duration::from_micros(200);
 /// How long a run waits for a reply, yielding, before it sleeps on the completion channel
 /// until the reply timeout: ~3x a Soft-RoCE round trip under TCG, ~1000x a hardware one, so
 /// only requests that are almost surely lost put the thread to sleep.
+///
+/// Sleeping earlier was tried, and gained nothing: a run slept on the channel for the first
+/// half of its pair's fastest round trip, so that a path with a 6-12 ms delay would not be
+/// spun through. In the 4-host lab's fault matrix the probers' CPU during that delay was
+/// 39-40% (37-42% spinning, in the CI run before), the baseline round trip to the delayed
+/// host 4.3 ms (1.8-3.8 ms in earlier runs) and the latency alert fired after 102 s (55-97 s
+/// before). The likely reason: this thread also answers the peers' requests, and asleep it
+/// answers only after a wake-up, which under TCG is slow.
 const BLOCK_AFTER: Duration = Duration::from_millis(10);
 /// Longest sleep on the completion channel (new jobs and stop are noticed after it).
 const IDLE_WAIT: Duration = Duration::from_millis(20);
