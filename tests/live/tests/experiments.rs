@@ -17,7 +17,7 @@ use rdma_verbs::{
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// One test at a time: counters and resource counts are device-wide.
@@ -27,29 +27,71 @@ fn lab() -> MutexGuard<'static, ()> {
     LAB.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Run `rdmactl experiment run NAME --json` (plus `extra`), require exit 0, parse the report.
-fn experiment(name: &str, extra: &[&str]) -> Value {
-    let bin = rdmactl_bin();
-    let out = Command::new(&bin)
-        .args(["experiment", "run", name, "--json", "--device", LAB_DEVICE])
-        .args(extra)
-        .output()
-        .unwrap_or_else(|e| panic!("FAIL: cannot run {}: {e}", bin.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "FAIL: `rdmactl experiment run {name} --json` did not print JSON ({e}); exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-            out.status.code()
-        )
-    });
+/// What `rdmactl experiment run --all --json` did: its exit code, its JSON, its stderr, and
+/// how long it took.
+struct AllRun {
+    code: Option<i32>,
+    report: Value,
+    stderr: String,
+    secs: f64,
+}
+
+/// `rdmactl experiment run --all --json`, run once for the whole binary (by the first test
+/// that needs it, under [`LAB`]): the per-experiment tests check their experiment's report
+/// from it, since `--all` runs each with the options a single run has by default. Running
+/// each again on its own doubled this binary's time (7 experiments, 46 s in the lab).
+/// `experiment run NAME` itself is run by the tests with options (`--show-keys`, Ctrl-C).
+fn all_run() -> &'static AllRun {
+    static ALL: OnceLock<AllRun> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let bin = rdmactl_bin();
+        let t0 = Instant::now();
+        let out = Command::new(&bin)
+            .args(["experiment", "run", "--all", "--json", "--device", LAB_DEVICE])
+            .output()
+            .unwrap_or_else(|e| panic!("FAIL: cannot run {}: {e}", bin.display()));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!(
+                "FAIL: `rdmactl experiment run --all --json` did not print JSON ({e}); exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+                out.status.code()
+            )
+        });
+        AllRun {
+            code: out.status.code(),
+            report,
+            stderr,
+            secs: t0.elapsed().as_secs_f64(),
+        }
+    })
+}
+
+/// Experiment NAME's report from the `--all` run ([`all_run`]): it must be there, have
+/// completed with every expectation met and no surprise, and pass [`check_common`].
+fn experiment(name: &str) -> Value {
+    let all = all_run();
+    let report = all.report["experiments"]
+        .as_array()
+        .and_then(|v| v.iter().find(|r| r["name"] == name))
+        .unwrap_or_else(|| {
+            panic!(
+                "FAIL: no {name} in `experiment run --all --json`:\n{}",
+                all.report
+            )
+        })
+        .clone();
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{name}: exit code; error={} unmet={:?} surprises={:?}\nstderr:\n{stderr}",
-        report["error"],
+        report["outcome"], "completed",
+        "{name}: outcome; error={} \nstderr:\n{}",
+        report["error"], all.stderr
+    );
+    assert!(
+        unmet(&report).is_empty() && surprises(&report).is_empty(),
+        "{name}: unmet={:?} surprises={:?}\nstderr:\n{}",
         unmet(&report),
-        surprises(&report)
+        surprises(&report),
+        all.stderr
     );
     check_common(name, &report);
     report
@@ -226,7 +268,7 @@ fn list_names_every_catalog_experiment_with_its_lesson() {
 #[test]
 fn mr_registration_pins_times_and_refuses_remote_write_without_local_write() {
     let _g = lab();
-    let r = experiment("mr-registration", &[]);
+    let r = experiment("mr-registration");
     let sizes = r["data"]["sizes"].as_array().unwrap();
     assert_eq!(sizes.len(), 6);
     let mut registered = 0;
@@ -276,7 +318,7 @@ fn mr_registration_pins_times_and_refuses_remote_write_without_local_write() {
 #[test]
 fn qp_states_walks_the_machine_and_refuses_shortcuts_with_einval() {
     let _g = lab();
-    let r = experiment("qp-states", &[]);
+    let r = experiment("qp-states");
     let states: Vec<String> = steps(&r)
         .iter()
         .filter(|s| s["verb"] == "ibv_query_qp" && s["detail"].as_str().unwrap().starts_with("A"))
@@ -318,7 +360,7 @@ fn qp_states_walks_the_machine_and_refuses_shortcuts_with_einval() {
 #[test]
 fn qp_errors_produce_each_status_and_the_matching_counters() {
     let _g = lab();
-    let r = experiment("qp-errors", &[]);
+    let r = experiment("qp-errors");
     assert_eq!(statuses(&r, "rnr"), ["RNR_RETRY_EXC_ERR"]);
     assert_eq!(statuses(&r, "rem_access"), ["REM_ACCESS_ERR"]);
     // The spec's statuses, or rxe's (Linux 6.1) with a finding that says so.
@@ -446,7 +488,7 @@ fn show_keys_reveals_keys_only_when_asked() {
 #[test]
 fn security_keys_rejects_every_abuse_and_reports_window_enforcement() {
     let _g = lab();
-    let r = experiment("security-keys", &[]);
+    let r = experiment("security-keys");
     assert_eq!(statuses(&r, "out_of_bounds"), ["REM_ACCESS_ERR"]);
     assert_eq!(statuses(&r, "no_remote_read"), ["REM_ACCESS_ERR"]);
     assert_eq!(statuses(&r, "other_pd"), ["REM_ACCESS_ERR"]);
@@ -500,7 +542,7 @@ fn security_keys_rejects_every_abuse_and_reports_window_enforcement() {
 #[test]
 fn one_sided_operations_complete_only_at_the_requester() {
     let _g = lab();
-    let r = experiment("one-vs-two-sided", &[]);
+    let r = experiment("one-vs-two-sided");
     let ops = r["data"]["operations"].as_array().unwrap();
     let n = r["data"]["iterations"].as_u64().unwrap();
     let row = |op: &str| {
@@ -550,7 +592,7 @@ fn one_sided_operations_complete_only_at_the_requester() {
 #[test]
 fn cq_events_sleep_where_busy_polling_spins() {
     let _g = lab();
-    let r = experiment("cq-modes", &[]);
+    let r = experiment("cq-modes");
     let modes = r["data"]["modes"].as_array().unwrap();
     let m = |name: &str| modes.iter().find(|x| x["mode"] == name).unwrap();
     assert_eq!(m("busy_poll")["failures"], 0);
@@ -574,7 +616,7 @@ fn cq_events_sleep_where_busy_polling_spins() {
 #[test]
 fn transports_reads_the_roce_v2_addressing_of_the_lab() {
     let _g = lab();
-    let r = experiment("transports", &[]);
+    let r = experiment("transports");
     let gids = r["data"]["gids"].as_array().unwrap();
     let v4 = gids
         .iter()
@@ -648,33 +690,15 @@ fn ctrl_c_stops_an_experiment_and_cleanup_still_releases_everything() {
 #[test]
 fn all_experiments_run_in_one_command() {
     let _g = lab();
-    let t0 = Instant::now();
-    let out = Command::new(rdmactl_bin())
-        .args([
-            "experiment",
-            "run",
-            "--all",
-            "--json",
-            "--device",
-            LAB_DEVICE,
-        ])
-        .output()
-        .expect("run rdmactl");
-    let secs = t0.elapsed().as_secs_f64();
-    let v: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let all = all_run();
     // Written to stderr directly, past the test harness' capture, so the CI log shows it.
     let _ = writeln!(
         std::io::stderr(),
-        "figure: rdmactl experiment run --all took {secs:.1} s in the lab"
+        "figure: rdmactl experiment run --all took {:.1} s in the lab",
+        all.secs
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(v["experiments"].as_array().unwrap().len(), 7);
+    assert_eq!(all.code, Some(0), "{}", all.stderr);
+    assert_eq!(all.report["experiments"].as_array().unwrap().len(), 7);
 }
 
 // ---- the verbs calls added for the experiments ----
