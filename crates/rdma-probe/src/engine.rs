@@ -313,6 +313,14 @@ impl From<Result<Vec<f64>, ProbeFailure>> for Outcome {
     }
 }
 
+/// Whether a failed run of `t`, before it is counted, is logged as a warning: when the
+/// target goes down, and for its first result ever. Later failures go to debug (each is
+/// counted by kind). A peer that never answered warned on every round before: 60 silent
+/// peers wrote 30 lines a second.
+fn failure_warns(t: &TargetResult) -> bool {
+    t.up || (t.runs_total == 0 && t.failures_total.is_empty())
+}
+
 impl Shared {
     fn record(&self, k: Key<'_>, outcome: impl Into<Outcome>) {
         let Outcome {
@@ -366,11 +374,7 @@ impl Shared {
                 t.up = true;
             }
             Err(f) => {
-                // A warning when a target goes down, and for its first result ever; every
-                // later failure at debug (it is counted by kind). A peer that never answered
-                // warned on every round before: 60 silent peers wrote 30 lines a second.
-                let first = t.runs_total == 0 && t.failures_total.is_empty();
-                if t.up || first {
+                if failure_warns(t) {
                     tracing::warn!(kind = k.kind, device = k.device, peer = k.peer, op = %k.op, "probe failed: {f}");
                 } else {
                     tracing::debug!(kind = k.kind, device = k.device, peer = k.peer, op = %k.op, "probe failed: {f}");

@@ -469,3 +469,27 @@ fn a_dns_server_that_never_answers_does_not_hold_the_rounds() {
         resolve_errors(&s)
     );
 }
+
+#[test]
+fn a_target_warns_when_it_goes_down_and_once_if_it_never_answered() {
+    let mut t = TargetResult::empty(
+        "peer",
+        "",
+        0,
+        Some("h2:7420".into()),
+        ProbeOp::Send,
+        PeerTransport::Ud,
+        64,
+    );
+    // Never answered: the first failure warns, the next ones do not.
+    assert!(failure_warns(&t));
+    t.failures_total.insert("host".into(), 1);
+    assert!(!failure_warns(&t));
+    // It answers, then fails: that warns once more.
+    t.runs_total = 1;
+    t.up = true;
+    assert!(failure_warns(&t));
+    *t.failures_total.entry("timeout".into()).or_insert(0) += 1;
+    t.up = false;
+    assert!(!failure_warns(&t));
+}
