@@ -315,8 +315,8 @@ impl From<Result<Vec<f64>, ProbeFailure>> for Outcome {
 
 /// Whether a failed run of `t`, before it is counted, is logged as a warning: when the
 /// target goes down, and for its first result ever. Later failures go to debug (each is
-/// counted by kind). A peer that never answered warned on every round before: 60 silent
-/// peers wrote 30 lines a second.
+/// counted by kind). A peer that never answered used to warn at every attempt (a dead peer is
+/// retried at its backoff), for as long as it stayed dead.
 fn failure_warns(t: &TargetResult) -> bool {
     t.up || (t.runs_total == 0 && t.failures_total.is_empty())
 }
