@@ -67,8 +67,8 @@ fn all_run() -> &'static AllRun {
     })
 }
 
-/// Experiment NAME's report from the `--all` run ([`all_run`]): it must be there, have
-/// completed with every expectation met and no surprise, and pass [`check_common`].
+/// Experiment NAME's report from the `--all` run ([`all_run`]): it must be there and pass
+/// [`check_common`] (completed, every expectation met, no surprise, nothing leaked).
 fn experiment(name: &str) -> Value {
     let all = all_run();
     let report = all.report["experiments"]
@@ -81,36 +81,8 @@ fn experiment(name: &str) -> Value {
             )
         })
         .clone();
-    assert_eq!(
-        report["outcome"], "completed",
-        "{name}: outcome; error={} \nstderr:\n{}",
-        report["error"], all.stderr
-    );
-    assert!(
-        unmet(&report).is_empty() && surprises(&report).is_empty(),
-        "{name}: unmet={:?} surprises={:?}\nstderr:\n{}",
-        unmet(&report),
-        surprises(&report),
-        all.stderr
-    );
     check_common(name, &report);
     report
-}
-
-fn unmet(r: &Value) -> Vec<String> {
-    parts(r)
-        .iter()
-        .flat_map(|p| {
-            p["expectations"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|e| e["met"] == Value::Bool(false))
-                .map(|e| format!("{}/{} delta {}", p["name"], e["counter"], e["delta"]))
-                .collect::<Vec<_>>()
-        })
-        .collect()
 }
 
 fn surprises(r: &Value) -> Vec<String> {
