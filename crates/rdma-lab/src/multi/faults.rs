@@ -388,9 +388,15 @@ fn restart(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
 /// The pids of the host's rdmad processes, from /proc (comm), zombies included.
 const RDMAD_PIDS: &str = r#"rdmad_pids() {
     for p in /proc/[0-9]*; do
-        [ "$(cat $p/comm 2>/dev/null)" = rdmad ] && echo ${p#/proc/}
+        { read -r c < $p/comm; } 2>/dev/null && [ "$c" = rdmad ] && echo ${p#/proc/}
     done
 }
+"#;
+
+/// The guest's clock for the scripts' bounded waits, whole seconds since boot (a builtin
+/// `read`, no fork). Waits are bounded by it, not by a count of rounds: under TCG on a loaded
+/// machine one round of a loop can take seconds, and 200 rounds "of 50 ms" took minutes.
+const UPTIME: &str = r#"uptime_s() { read -r t _ < /proc/uptime; echo ${t%.*}; }
 "#;
 
 /// SIGKILL every rdmad on the host (a crash, not a shutdown), keeping each one's command
@@ -481,13 +487,13 @@ fn start_rdmad(lab: &Arc<Lab>, args: &[&str]) -> Result<String, ControlError> {
 /// which is what a removed NIC looks like with a driver that detaches its users.
 fn rxe_remove_script() -> String {
     format!(
-        r#"{RDMAD_PIDS}[ -e /sys/class/infiniband/rxe0 ] || {{ echo 'there is no rxe0'; exit 3; }}
+        r#"{RDMAD_PIDS}{UPTIME}[ -e /sys/class/infiniband/rxe0 ] || {{ echo 'there is no rxe0'; exit 3; }}
+# The processes with a file of /dev/infiniband open, from one `ls -l` of every fd directory
+# (a readlink per fd forked a thousand times per scan: 4 s on an idle one-host lab).
 ib_users() {{
-    for p in /proc/[0-9]*; do
-        for fd in $p/fd/*; do
-            case "$(readlink $fd 2>/dev/null)" in /dev/infiniband/*) echo ${{p#/proc/}}; break ;; esac
-        done
-    done
+    ls -l /proc/[0-9]*/fd/ 2>/dev/null | awk '
+        /^\/proc\/[0-9]+\/fd/ {{ split($0, a, "/"); p = a[3] }}
+        / -> \/dev\/infiniband\// {{ print p }}' | sort -u
 }}
 d=/run/lab-rxe-remove
 rm -rf $d; mkdir -p $d
@@ -499,18 +505,15 @@ for pid in $users; do
     {{ echo "$log"; tr '\0' '\n' < /proc/$pid/cmdline; }} > $d/$pid.args 2>/dev/null
 done
 [ -n "$users" ] && kill -9 $users
-n=0
+end=$(($(uptime_s) + 10))
 while [ -n "$(ib_users)" ]; do
-    n=$((n + 1))
-    [ $n -gt 200 ] && {{ echo "rxe0 still open by $(echo $(ib_users)) 10 s after SIGKILL"; break; }}
+    [ "$(uptime_s)" -ge $end ] && {{ echo "rxe0 still open by $(echo $(ib_users)) 10 s after SIGKILL"; break; }}
     usleep 50000
 done
 # In the background: if anything still holds the device, the delete waits for it in D state.
 rdma link delete rxe0 > $d/delete.log 2>&1 < /dev/null &
-n=0
-while [ -e /sys/class/infiniband/rxe0 ]; do
-    n=$((n + 1))
-    [ $n -gt 300 ] && break
+end=$(($(uptime_s) + 15))
+while [ -e /sys/class/infiniband/rxe0 ] && [ "$(uptime_s)" -lt $end ]; do
     usleep 50000
 done
 gone=yes; [ -e /sys/class/infiniband/rxe0 ] && gone=no
@@ -554,17 +557,18 @@ fn add_rxe0(lab: &Lab, i: usize) -> Result<String, ControlError> {
         lab,
         i,
         "rxe-add",
-        r#"[ -e /sys/class/infiniband/rxe0 ] && { echo "rxe0 is already there"; exit 3; }
+        &format!(
+            r#"{UPTIME}[ -e /sys/class/infiniband/rxe0 ] && {{ echo "rxe0 is already there"; exit 3; }}
 rdma link add rxe0 type rxe netdev eth1 2>&1 || exit 1
-[ "$(cat /sys/class/net/eth1/carrier 2>/dev/null)" = 1 ] || { echo "eth1 has no carrier: rxe0 is DOWN"; exit 0; }
-n=0
+[ "$(cat /sys/class/net/eth1/carrier 2>/dev/null)" = 1 ] || {{ echo "eth1 has no carrier: rxe0 is DOWN"; exit 0; }}
+end=$(($(uptime_s) + 15))
 until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do
-    n=$((n + 1))
-    [ $n -gt 300 ] && { echo "rxe0 was not ACTIVE 15 s after rdma link add"; exit 1; }
+    [ "$(uptime_s)" -ge $end ] && {{ echo "rxe0 was not ACTIVE 15 s after rdma link add"; exit 1; }}
     usleep 50000
 done
 echo "rxe0 ACTIVE"
-"#,
+"#
+        ),
     )?;
     lock(&lab.hosts)[i].rxe_removed = false;
     Ok(out)
