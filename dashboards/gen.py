@@ -684,6 +684,12 @@ PAIR_RULES = [
     # The pair's own baseline: the median of its typical latency over the last day.
     ("rdma:probe_pair_latency_seconds:baseline1d",
      "quantile_over_time(0.5, rdma:probe_pair_latency_seconds:typical[1d])"),
+    # The pair's latency now, for the verdicts: the median of its runs over the window, not
+    # the last run alone. One run above (or below) the threshold neither starts a latency
+    # alert's `for:` nor restarts it; a delay that lasts half the window does (as Pingmesh
+    # judges latency by percentiles over a window, not by single probes).
+    (f"rdma:probe_pair_latency_seconds:median{MESH_WINDOW}",
+     f"quantile_over_time(0.5, rdma:probe_pair_latency_seconds:typical[{MESH_WINDOW}])"),
     # Failing pairs as the target and as the prober see them.
     ("rdma:probe_pair_fault:target_view", fault_view("ingress", "egress")),
     ("rdma:probe_pair_fault:prober_view", fault_view("egress", "ingress")),
@@ -728,7 +734,7 @@ PAIR_RULES = [
     # Above FACTOR x the baseline and MIN_DELTA above it, in one comparison (one join per
     # pair, not two): typical > b + max((FACTOR - 1) b, MIN_DELTA).
     ("rdma:probe_pair_latency_high",
-     f"rdma:probe_pair_latency_seconds:typical\n"
+     f"rdma:probe_pair_latency_seconds:median{MESH_WINDOW}\n"
      f"  > rdma:probe_pair_latency_seconds:baseline1d\n"
      f"    + clamp_min({LATENCY_EXCESS}rdma:probe_pair_latency_seconds:baseline1d, {MESH_LATENCY_MIN_DELTA})\n"
      "and on (job, instance, peer) (rdma:probe_pair_status == 0)"),
@@ -804,7 +810,8 @@ PAIR_ALERTS = [
      "loss: the path between them in that direction." + MESH_HELP),
     ("RdmaHostLatencyHigh", "rdma:probe_host_slow", "10m", "warning",
      "{{ $labels.host }} is slow for {{ $value }} of its pingmesh peers",
-     f"Most of the host's probers see their typical round trip to it above {MESH_LATENCY_FACTOR}x "
+     f"Most of the host's probers see their typical round trip to it (the median over {MESH_WINDOW}) "
+     f"above {MESH_LATENCY_FACTOR}x "
      f"their own baseline of the last day and {MESH_LATENCY_MIN_DELTA * 1e6:.0f} us above it, while "
      "their other pairs are not: the host or its link adds delay." + MESH_HELP),
     ("RdmaPairLatencyAboveBaseline",
@@ -812,9 +819,10 @@ PAIR_ALERTS = [
      '\n  ' + EXPLAINED + '),\n  "a", "$1", "prober", "(.*)"), "b", "$1", "target", "(.*)"))',
      "10m", "warning",
      "Probe latency {{ $labels.a }} -> {{ $labels.b }} is above twice its baseline",
-     f"The median round trip of the pair's probes has been more than {MESH_LATENCY_FACTOR}x the pair's "
+     f"The median round trip of the pair's probes over {MESH_WINDOW} has been more than "
+     f"{MESH_LATENCY_FACTOR}x the pair's "
      f"own median of the last day, and {MESH_LATENCY_MIN_DELTA * 1e6:.0f} us above it, for 10 minutes "
-     "(the alert's value is the latency now, seconds), while the prober's other pairs are not and "
+     "(the alert's value is that median now, seconds), while the prober's other pairs are not and "
      "no slow host explains it." + MESH_HELP),
 ]
 
