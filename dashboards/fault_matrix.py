@@ -413,18 +413,28 @@ class Matrix:
             time.sleep(self.tracker.step)
         t1 = time.time()
         fired = self.tracker.fired(t0, t1)
-        pending = set()
-        for _, s in self.tracker.since(t0, t1):
-            pending |= {k for k, st in s.items() if st == "pending"}
+        # Each alert that went pending, with its longest unbroken pending stretch: how close
+        # the lab's noise came to the alert's `for:` (the margin a slower machine eats).
+        longest, began = {}, {}
+        for t, s in self.tracker.since(t0, t1):
+            for k in [k for k in began if s.get(k) != "pending"]:
+                del began[k]
+            for k, st in s.items():
+                if st == "pending":
+                    began.setdefault(k, t)
+                    longest[k] = max(longest.get(k, 0.0), t - began[k])
+        pending = {f"{show(k)} {v:.0f} s of {self.alert_for(dict(k)['alertname']):.0f} s"
+                   for k, v in longest.items()}
         polls = len(self.tracker.since(t0, t1))
         notes = [n for t, n in self.notifications() if t0 <= t <= t1 and n.get("status") == "firing"]
         self.quiet = dict(t_begin=t_settle, t0=t0, t1=t1, fired=sorted(show(k) for k in fired),
-                          pending=sorted(show(k) for k in pending), notes=len(notes))
+                          pending=sorted(pending), notes=len(notes))
         self.run.check("matrix-quiet-5-minutes-no-alert",
                        not fired and not notes and polls >= QUIET_SECONDS / 2,
                        f"{t1 - t0:.0f} s without a fault, {polls} polls of the alerts: firing "
                        f"{self.quiet['fired'] or 'none'}, firing notifications {len(notes)} "
-                       f"(pending at some poll, not asserted: {self.quiet['pending'] or 'none'})")
+                       f"(pending at some poll, not asserted, with its longest pending stretch of its "
+                       f"`for:`: {self.quiet['pending'] or 'none'})")
 
     def notifications(self):
         with Hook.lock:
