@@ -472,9 +472,12 @@ def run_matrix(r, m, only=()):
         spin for up to the UD engine's BLOCK_AFTER (10 ms), so the 4 VMs' probe CPU about
         doubles during this row (31-42% of a CPU each, against 13-24% in the other faults;
         2026-12-06, +6 and +12 ms), this 2-core machine runs every vCPU slower, and other
-        pairs slow too. h3's verdict then fired after 57 s in one run and 96-97 s in two
-        (the timeline printed below the row shows whether it flickered or came late); the
-        row's bound follows the alert's longer `for:` (fault_matrix.Matrix.one).
+        pairs slow too. h3's verdict then fired after 57 s in one run and 96-97 s in two:
+        one evaluation without the verdict restarted the `for:` (the timeline printed below
+        the row shows it). Since the verdict reads the median of the window's runs, not the
+        last run, it fired after 70 s without a gap (2026-12-07, with a busy loop taking 15%
+        of a core beside the lab). The row's bound follows the alert's longer `for:`
+        (fault_matrix.Matrix.one).
         The row then proves the path on this lab: the rule, RdmaHostLatencyHigh naming h3
         and no pair alert, its one notification."""
         base = r.pairs('rdma:probe_pair_latency_seconds:baseline1d{target="h3"}')
