@@ -732,7 +732,7 @@ PAIR_RULES = [
     # is named.
     # Only pairs that are up: a down pair's last latency is from before its fault.
     # Above FACTOR x the baseline and MIN_DELTA above it, in one comparison (one join per
-    # pair, not two): typical > b + max((FACTOR - 1) b, MIN_DELTA).
+    # pair, not two): median > b + max((FACTOR - 1) b, MIN_DELTA).
     ("rdma:probe_pair_latency_high",
      f"rdma:probe_pair_latency_seconds:median{MESH_WINDOW}\n"
      f"  > rdma:probe_pair_latency_seconds:baseline1d\n"

@@ -393,9 +393,10 @@ const RDMAD_PIDS: &str = r#"rdmad_pids() {
 }
 "#;
 
-/// The guest's clock for the scripts' bounded waits, whole seconds since boot (a builtin
-/// `read`, no fork). Waits are bounded by it, not by a count of rounds: under TCG on a loaded
-/// machine one round of a loop can take seconds, and 200 rounds "of 50 ms" took minutes.
+/// The guest's clock for the scripts' bounded waits, whole seconds since boot (the `read`
+/// builtin: no program is run). Waits are bounded by it, not by a count of rounds: under TCG
+/// on a loaded machine one round of a loop can take seconds, and 200 rounds "of 50 ms" took
+/// minutes.
 const UPTIME: &str = r#"uptime_s() { read -r t _ < /proc/uptime; echo ${t%.*}; }
 "#;
 
