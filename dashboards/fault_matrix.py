@@ -413,10 +413,11 @@ class Matrix:
             time.sleep(self.tracker.step)
         t1 = time.time()
         fired = self.tracker.fired(t0, t1)
+        snaps = self.tracker.since(t0, t1)
         # Each alert that went pending, with its longest unbroken pending stretch: how close
         # the lab's noise came to the alert's `for:` (the margin a slower machine eats).
         longest, began = {}, {}
-        for t, s in self.tracker.since(t0, t1):
+        for t, s in snaps:
             for k in [k for k in began if s.get(k) != "pending"]:
                 del began[k]
             for k, st in s.items():
@@ -425,7 +426,7 @@ class Matrix:
                     longest[k] = max(longest.get(k, 0.0), t - began[k])
         pending = {f"{show(k)} {v:.0f} s of {self.alert_for(dict(k)['alertname']):.0f} s"
                    for k, v in longest.items()}
-        polls = len(self.tracker.since(t0, t1))
+        polls = len(snaps)
         notes = [n for t, n in self.notifications() if t0 <= t <= t1 and n.get("status") == "firing"]
         self.quiet = dict(t_begin=t_settle, t0=t0, t1=t1, fired=sorted(show(k) for k in fired),
                           pending=sorted(pending), notes=len(notes))
