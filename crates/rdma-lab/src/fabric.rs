@@ -12,6 +12,15 @@
 //! way only: A -> B dropped while B -> A passes), and ingress loss on one host (a fraction
 //! of the frames the switch would deliver to its port are dropped, like a lossy cable into
 //! the host: ARP, IP and RoCE alike).
+//!
+//! A send to a host whose socket is full waits for room (backpressure, no loss: a busy guest
+//! reads on), but a host that takes nothing and has sent nothing for [`QUIET`] (a qemu that
+//! is booting: its socket exists, but it reads nothing until the guest's NIC is up) must not
+//! hold the others up. Such a send gives up after [`SEND_WAIT`], and the port is "not
+//! ready" for [`NOT_READY_HOLD`]: frames towards it are dropped without waiting, as a switch
+//! drops frames towards a link that is not up. Without this, one restarting host stalled
+//! every port thread that flooded it a frame, and so the whole fabric, until its guest came
+//! up (10-25 s under TCG).
 
 use std::collections::{HashMap, HashSet};
 use std::io::ErrorKind;
@@ -20,12 +29,19 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::LabError;
 
 /// Largest frame a port accepts (jumbo-safe; rxe's MTU is at most 4096 + headers).
 const MAX_FRAME: usize = 65536;
+/// One wait of a send for room in a host's socket; a host that is not [`QUIET`] gets another.
+pub const SEND_WAIT: Duration = Duration::from_millis(100);
+/// A host that has sent no frame for this long, and whose socket stays full for a
+/// [`SEND_WAIT`], is not ready.
+pub const QUIET: Duration = Duration::from_secs(2);
+/// How long a port that is not ready gets no frames, before the switch tries it again.
+pub const NOT_READY_HOLD: Duration = Duration::from_secs(1);
 
 /// Per-port frame counts.
 #[derive(Debug, Default)]
@@ -39,6 +55,8 @@ pub struct PortStats {
     pub dropped: AtomicU64,
     /// Frames towards this port dropped by its ingress loss.
     pub lost: AtomicU64,
+    /// Frames towards this port dropped because its host did not take them (not ready).
+    pub not_ready: AtomicU64,
 }
 
 struct Port {
@@ -48,6 +66,11 @@ struct Port {
     stats: PortStats,
     /// Ingress loss of this port, in parts per million of the frames towards it.
     loss_ppm: AtomicU32,
+    /// Until when (milliseconds since [`Shared::epoch`]) frames towards this port are
+    /// dropped without a send: its host did not take the last one.
+    not_ready_until_ms: AtomicU64,
+    /// When (milliseconds since [`Shared::epoch`]) the host last sent a frame (0: never).
+    last_rx_ms: AtomicU64,
 }
 
 struct Shared {
@@ -56,6 +79,8 @@ struct Shared {
     /// Directed pairs of port indexes (from, to): frames from `from` never reach `to`.
     partitions: Mutex<HashSet<(usize, usize)>>,
     stop: AtomicBool,
+    /// The switch's start: the clock of [`Port::not_ready_until_ms`].
+    epoch: Instant,
 }
 
 /// One in a million: the unit of [`Switch::set_ingress_loss`].
@@ -98,12 +123,17 @@ impl Switch {
             socket
                 .set_read_timeout(Some(Duration::from_millis(200)))
                 .map_err(|e| LabError::io(&path, e))?;
+            socket
+                .set_write_timeout(Some(SEND_WAIT))
+                .map_err(|e| LabError::io(&path, e))?;
             paths.push(path);
             list.push(Port {
                 socket,
                 peer: host_path(dir, k),
                 stats: PortStats::default(),
                 loss_ppm: AtomicU32::new(0),
+                not_ready_until_ms: AtomicU64::new(0),
+                last_rx_ms: AtomicU64::new(0),
             });
         }
         let shared = Arc::new(Shared {
@@ -111,6 +141,7 @@ impl Switch {
             macs: Mutex::new(HashMap::new()),
             partitions: Mutex::new(HashSet::new()),
             stop: AtomicBool::new(false),
+            epoch: Instant::now(),
         });
         let threads = (0..ports)
             .map(|i| {
@@ -189,6 +220,11 @@ impl Switch {
             s.dropped.load(Ordering::Relaxed),
             s.lost.load(Ordering::Relaxed),
         )
+    }
+
+    /// Frames towards port `i` (0-based) dropped because its host did not take them.
+    pub fn not_ready(&self, i: usize) -> u64 {
+        self.shared.ports[i].stats.not_ready.load(Ordering::Relaxed)
     }
 }
 
@@ -270,6 +306,39 @@ fn lose(ppm: u32, rng: &mut u64) -> bool {
     ppm > 0 && (ppm >= PPM || (next_random(rng) % u64::from(PPM)) < u64::from(ppm))
 }
 
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Send one frame to `out`'s host. A host that is down (killed) has no socket: the frame is
+/// lost, as on a cable to a dead machine. A full socket is waited on while its host sends
+/// frames itself; one that stays full while its host is [`QUIET`] makes the port not ready.
+fn deliver(shared: &Shared, out: &Port, frame: &[u8]) {
+    loop {
+        match out.socket.send_to(frame, &out.peer) {
+            Ok(_) => {
+                out.stats.tx.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                let now = shared.now_ms();
+                let quiet = now.saturating_sub(out.last_rx_ms.load(Ordering::Relaxed))
+                    >= QUIET.as_millis() as u64;
+                if quiet || shared.stop.load(Ordering::Relaxed) {
+                    out.stats.not_ready.fetch_add(1, Ordering::Relaxed);
+                    out.not_ready_until_ms
+                        .store(now + NOT_READY_HOLD.as_millis() as u64, Ordering::Relaxed);
+                    return;
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
 fn port_loop(shared: &Shared, i: usize) {
     let mut buf = vec![0u8; MAX_FRAME];
     let port = &shared.ports[i];
@@ -290,17 +359,18 @@ fn port_loop(shared: &Shared, i: usize) {
             }
         };
         port.stats.rx.fetch_add(1, Ordering::Relaxed);
+        port.last_rx_ms.store(shared.now_ms(), Ordering::Relaxed);
         for to in destinations(shared, i, &buf[..n]) {
             let out = &shared.ports[to];
             if lose(out.loss_ppm.load(Ordering::Relaxed), &mut rng) {
                 out.stats.lost.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            // A host that is down (killed, rebooting) has no socket: the frame is lost,
-            // as on a cable to a dead machine.
-            if out.socket.send_to(&buf[..n], &out.peer).is_ok() {
-                out.stats.tx.fetch_add(1, Ordering::Relaxed);
+            if shared.now_ms() < out.not_ready_until_ms.load(Ordering::Relaxed) {
+                out.stats.not_ready.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
+            deliver(shared, out, &buf[..n]);
         }
     }
 }
@@ -443,7 +513,13 @@ mod tests {
         let got = drain.join().unwrap();
         let after = sw.stats(1);
         let lost = after.3 - before.3;
-        assert_eq!(got + lost, sent, "every frame is delivered or counted lost");
+        // h2 never sends: a reader that fell behind for a SEND_WAIT made its port not ready.
+        let not_ready = sw.not_ready(1);
+        assert_eq!(
+            got + lost + not_ready,
+            sent,
+            "every frame is delivered or counted lost or not ready"
+        );
         // 30% of 2000: the binomial's standard deviation is ~20, so 450..750 is 7 of them.
         assert!((450..=750).contains(&lost), "lost {lost} of {sent} at 30%");
         // The other direction is untouched.
@@ -457,6 +533,66 @@ mod tests {
         sw.set_ingress_loss(1, 0);
         hosts[0].send_to(&to_h2, switch_path(&dir, 1)).unwrap();
         assert_eq!(recv(&hosts[1]).as_deref(), Some(&to_h2[..]));
+        drop(sw);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A host that reads nothing and sends nothing (a booting qemu) does not hold the others
+    /// up; one that reads slowly but sends (a busy guest) loses nothing.
+    #[test]
+    fn a_silent_full_host_is_not_ready_and_a_busy_one_loses_nothing() {
+        let dir = std::env::temp_dir().join(format!("rdma-lab-sw-full-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sw = Switch::start(&dir, 3).unwrap();
+        let hosts = bind_hosts(&dir, 3);
+        let mac = |k: u8| [0x52, 0x54, 0, 2, 0, k];
+        // The switch's clock must be past QUIET for a host that never sent to be quiet.
+        std::thread::sleep(QUIET);
+        // h2 never reads: every broadcast of h1 still reaches h3, more than h2's socket
+        // holds (600 frames of 1,400 bytes: past any datagram queue and send buffer).
+        let body = vec![0x5a; 1400];
+        for n in 0..600u32 {
+            let mut f = frame([0xff; 6], mac(1), &body);
+            f.extend_from_slice(&n.to_be_bytes());
+            hosts[0].send_to(&f, switch_path(&dir, 1)).unwrap();
+            assert_eq!(
+                recv(&hosts[2]).as_deref(),
+                Some(&f[..]),
+                "broadcast {n} reached h3"
+            );
+        }
+        assert!(sw.not_ready(1) >= 1, "h2's port was found not ready");
+        assert_eq!(sw.not_ready(2), 0, "h3 took every frame");
+
+        // h3 announces itself (it is not quiet) and reads only after a pause longer than
+        // SEND_WAIT: every unicast of h1 to it arrives, in order, none dropped.
+        hosts[2]
+            .send_to(&frame(mac(1), mac(3), b"hello"), switch_path(&dir, 3))
+            .unwrap();
+        let to_h3 = |n: u32| {
+            let mut f = frame(mac(3), mac(1), &body);
+            f.extend_from_slice(&n.to_be_bytes());
+            f
+        };
+        let reader = {
+            let h3 = hosts[2].try_clone().unwrap();
+            std::thread::spawn(move || {
+                std::thread::sleep(SEND_WAIT * 3);
+                (0..300u32).map(|_| recv(&h3)).collect::<Vec<_>>()
+            })
+        };
+        for n in 0..300u32 {
+            hosts[0].send_to(&to_h3(n), switch_path(&dir, 1)).unwrap();
+        }
+        let got = reader.join().unwrap();
+        for (n, f) in got.iter().enumerate() {
+            assert_eq!(
+                f.as_deref(),
+                Some(&to_h3(n as u32)[..]),
+                "unicast {n} to h3"
+            );
+        }
+        assert_eq!(sw.not_ready(2), 0, "a host that sends is waited for");
         drop(sw);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -81,12 +81,13 @@ pub(super) fn status(lab: &Lab) -> String {
     let mut s = format!("{} hosts", lab.spec.hosts);
     for i in 0..lab.spec.hosts {
         let (rx, tx, dropped, lost) = lab.switch.stats(i);
+        let not_ready = lab.switch.not_ready(i);
         let (state, generation, link_up) = {
             let hosts = lock(&lab.hosts);
             (hosts[i].state, hosts[i].generation, hosts[i].link_up)
         };
         s.push_str(&format!(
-            "\n{} {state:?} boot={generation} link={} {} fabric_rx={rx} fabric_tx={tx} dropped={dropped} ingress_lost={lost}",
+            "\n{} {state:?} boot={generation} link={} {} fabric_rx={rx} fabric_tx={tx} dropped={dropped} ingress_lost={lost} not_ready={not_ready}",
             host_name(i),
             if link_up { "up" } else { "down" },
             faults::host_faults(lab, i),
