@@ -407,14 +407,24 @@ mod tests {
         s.recv(&mut buf).ok().map(|n| buf[..n].to_vec())
     }
 
+    /// A switch of `n` ports in a directory of its own (`tag`), and its `n` "hosts".
+    fn switch_with_hosts(tag: &str, n: usize) -> (PathBuf, Switch, Vec<UnixDatagram>) {
+        let dir = std::env::temp_dir().join(format!("rdma-lab-sw{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sw = Switch::start(&dir, n).unwrap();
+        let hosts = bind_hosts(&dir, n);
+        (dir, sw, hosts)
+    }
+
+    /// Host `k`'s MAC (1-based), as the lab gives it.
+    fn mac(k: u8) -> [u8; 6] {
+        [0x52, 0x54, 0, 2, 0, k]
+    }
+
     /// Three "hosts" are plain datagram sockets at hK.fab: flooding, learning, partitions.
     #[test]
     fn floods_learns_and_partitions() {
-        let dir = std::env::temp_dir().join(format!("rdma-lab-sw-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let sw = Switch::start(&dir, 3).unwrap();
-        let hosts = bind_hosts(&dir, 3);
-        let mac = |k: u8| [0x52, 0x54, 0, 2, 0, k];
+        let (dir, sw, hosts) = switch_with_hosts("", 3);
         let send = |k: usize, f: &[u8]| hosts[k].send_to(f, switch_path(&dir, k + 1)).unwrap();
 
         // A broadcast from h1 reaches h2 and h3, not h1.
@@ -481,11 +491,7 @@ mod tests {
     /// at h2's port; h2's own frames to h1 are untouched; 0 stops it, 100% drops all.
     #[test]
     fn ingress_loss_drops_a_fraction_towards_one_port() {
-        let dir = std::env::temp_dir().join(format!("rdma-lab-loss-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let sw = Switch::start(&dir, 2).unwrap();
-        let hosts = bind_hosts(&dir, 2);
-        let mac = |k: u8| [0x52, 0x54, 0, 2, 0, k];
+        let (dir, sw, hosts) = switch_with_hosts("-loss", 2);
         let to_h2 = frame(mac(2), mac(1), b"data");
         let to_h1 = frame(mac(1), mac(2), b"back");
         // Learn both MACs first.
@@ -541,11 +547,7 @@ mod tests {
     /// up; one that reads slowly but sends (a busy guest) loses nothing.
     #[test]
     fn a_silent_full_host_is_not_ready_and_a_busy_one_loses_nothing() {
-        let dir = std::env::temp_dir().join(format!("rdma-lab-sw-full-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let sw = Switch::start(&dir, 3).unwrap();
-        let hosts = bind_hosts(&dir, 3);
-        let mac = |k: u8| [0x52, 0x54, 0, 2, 0, k];
+        let (dir, sw, hosts) = switch_with_hosts("-full", 3);
         // The switch's clock must be past QUIET for a host that never sent to be quiet.
         std::thread::sleep(QUIET);
         // h2 never reads: every broadcast of h1 still reaches h3, more than h2's socket
