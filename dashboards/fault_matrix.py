@@ -232,8 +232,8 @@ class Matrix:
         # Hold: until every culprit fires (bounded; the 30 s target measured), then one
         # `for:` and two evaluations more.
         # FIRE_BOUND is for culprits whose `for:` is the matrix's (10 s); one with a longer
-        # `for:` (RdmaHostLatencyHigh: 10m, 50 s here) gets the difference on top, so that
-        # its detection has the same time before the bound.
+        # `for:` in the rules gets the difference on top, so that its detection has the same
+        # time before the bound.
         limit = FIRE_BOUND + max(0.0, max(self.alert_for(c[0]) for c in f.culprits) - self.for_s)
         t_all = self.tracker.wait_for(t_inj, limit, lambda s: all(
             any(matches(k, c) and st == "firing" for k, st in s.items()) for c in f.culprits))
@@ -478,7 +478,8 @@ class Matrix:
 
     def table(self):
         fmt = lambda v: f"{v:.0f}" if v is not None else "-"
-        lines = ["", "FAULT MATRIX (4 hosts, probe/scrape/eval 2 s, for: 10 s (latency 50 s); targets: "
+        lines = ["", f"FAULT MATRIX (4 hosts, probe/scrape/eval 2 s, for: {self.for_s:.0f} s (pair "
+                 f"latency {self.alert_for('RdmaPairLatencyAboveBaseline'):.0f} s); targets: "
                  f"fire <= {FIRE_TARGET:.0f} s, resolve <= {RESOLVE_TARGET:.0f} s)",
                  f"{'fault':<28} {'culprit alerts fired':<52} {'pair alerts left':<18} "
                  f"{'fire s':>6} {'resolve s':>9} {'notif':>5}  other alerts"]

@@ -808,7 +808,11 @@ PAIR_ALERTS = [
      f"More than {MESH_LOSS_RATIO:.0%} of the probe packets from {{{{ $labels.a }}}} to {{{{ $labels.b }}}} "
      f"are lost over {MESH_WINDOW} while both hosts exchange probes with their other peers without "
      "loss: the path between them in that direction." + MESH_HELP),
-    ("RdmaHostLatencyHigh", "rdma:probe_host_slow", "10m", "warning",
+    # 2m like the other culprits: its evidence is already a vote (most of the host's probers,
+    # each on the median of its pair over the window, against the pair's own baseline), and
+    # the median needs half a window of slow probes before it moves. One pair's latency is
+    # weaker evidence, so the pair alert below keeps 10m.
+    ("RdmaHostLatencyHigh", "rdma:probe_host_slow", "2m", "warning",
      "{{ $labels.host }} is slow for {{ $value }} of its pingmesh peers",
      f"Most of the host's probers see their typical round trip to it (the median over {MESH_WINDOW}) "
      f"above {MESH_LATENCY_FACTOR}x "
