@@ -25,6 +25,8 @@ OUT_LATENCY = Path(__file__).resolve().parent / "rules" / "rdma.mesh-latency.tes
 DAY = 60           # minutes of baseline before the latency faults (the [1d] baseline
                    # window takes what there is: an hour is enough and keeps the test quick)
 LAT_FAULT = 20     # minutes of the latency fault
+LAT_EARLY = 5      # minutes into it, every alert but a pair's latency fires (a culprit waits
+                   # 2 minutes, the evidence of one pair 10)
 BASE_RTT = 0.00002  # 20 us
 STEP = 10          # seconds between samples and evaluations
 FAULT_END = 240    # seconds: every fault lasts 4 minutes...
@@ -296,7 +298,7 @@ def render_latency():
            f"# Pingmesh latency localization: {DAY} minutes at {BASE_RTT * 1e6:.0f} us per pair, then each "
            f"fault for {LAT_FAULT} minutes,",
            "# on a 4-host and a 3-host mesh; each asserts the complete set of firing pingmesh alerts",
-           "# after the rules' `for:` (2m for a host, 10m for a pair).",
+           "# after the rules' `for:`, and at its minute " + str(LAT_EARLY) + " every one of them but a pair's latency.",
            "rule_files:", "  - rdma.rules.yml", "evaluation_interval: 1m", "", "tests:"]
     sel = f'ALERTS{{alertstate="firing", alertname=~"{MESH_ALERTS}"}}'
     for n, lab in ((4, False), (3, True)):
@@ -314,15 +316,18 @@ def render_latency():
                             f"      - series: 'rdma_probe_latency_last_seconds{{{base}, port=\"1\", "
                             f"op=\"send\", kind=\"peer\", transport=\"ud\", stat=\"typical\"}}'",
                             f"        values: '{BASE_RTT}x{DAY} {rtt(p, t):.6g}x{LAT_FAULT}'"]
-            out += ["    promql_expr_test:",
-                    f"      - expr: '{sel}'", f"        eval_time: {DAY + LAT_FAULT - 1}m"]
-            if want:
-                out.append("        exp_samples:")
-                for name, sev, labels in want:
-                    out += [f"          - labels: '{yaml_labels(name, sev, labels)}'",
-                            "            value: 1"]
-            else:
-                out.append("        exp_samples: []")
+            # The fault's first sample is at minute DAY + 1.
+            early = [w for w in want if w[0] != "RdmaPairLatencyAboveBaseline"]
+            out.append("    promql_expr_test:")
+            for at, expected in ((DAY + LAT_EARLY, early), (DAY + LAT_FAULT - 1, want)):
+                out += [f"      - expr: '{sel}'", f"        eval_time: {at}m"]
+                if expected:
+                    out.append("        exp_samples:")
+                    for name, sev, labels in expected:
+                        out += [f"          - labels: '{yaml_labels(name, sev, labels)}'",
+                                "            value: 1"]
+                else:
+                    out.append("        exp_samples: []")
             out.append("")
     return "\n".join(out)
 
