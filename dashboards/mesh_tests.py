@@ -238,15 +238,7 @@ def render():
             made = series(m, fault, never_up) if n != SAMPLED else sampled_series(m, fault)
             for s, v in made:
                 out += [f"      - series: '{s}'", f"        values: '{v}'"]
-            out += ["    promql_expr_test:",
-                    f"      - expr: '{sel}'", f"        eval_time: {FAULT_END - STEP}s"]
-            if want:
-                out.append("        exp_samples:")
-                for name, sev, labels in want:
-                    out += [f"          - labels: '{yaml_labels(name, sev, labels)}'",
-                            "            value: 1"]
-            else:
-                out.append("        exp_samples: []")
+            out += ["    promql_expr_test:", *expect_alerts(sel, f"{FAULT_END - STEP}s", want)]
             out += [f"      - expr: '{sel}'", f"        eval_time: {FAULT_END + 60}s",
                     "        exp_samples: []"]
             if any((fault(p, t) or (0,))[0] for p in m.hosts for t in m.hosts if p != t):
@@ -255,6 +247,17 @@ def render():
                         f"        eval_time: {FAULT_END + STEP}s", "        exp_samples: []"]
             out.append("")
     return "\n".join(out)
+
+
+def expect_alerts(sel, at, want):
+    """A promql_expr_test case: at `at`, `sel` returns exactly the alerts `want`."""
+    out = [f"      - expr: '{sel}'", f"        eval_time: {at}"]
+    if not want:
+        return out + ["        exp_samples: []"]
+    out.append("        exp_samples:")
+    for name, sev, labels in want:
+        out += [f"          - labels: '{yaml_labels(name, sev, labels)}'", "            value: 1"]
+    return out
 
 
 def latency_faults(m):
@@ -318,17 +321,8 @@ def render_latency():
                             f"        values: '{BASE_RTT}x{DAY} {rtt(p, t):.6g}x{LAT_FAULT}'"]
             # The fault's first sample is at minute DAY + 1.
             early = [w for w in want if w[0] != "RdmaPairLatencyAboveBaseline"]
-            out.append("    promql_expr_test:")
-            for at, expected in ((DAY + LAT_EARLY, early), (DAY + LAT_FAULT - 1, want)):
-                out += [f"      - expr: '{sel}'", f"        eval_time: {at}m"]
-                if expected:
-                    out.append("        exp_samples:")
-                    for name, sev, labels in expected:
-                        out += [f"          - labels: '{yaml_labels(name, sev, labels)}'",
-                                "            value: 1"]
-                else:
-                    out.append("        exp_samples: []")
-            out.append("")
+            out += ["    promql_expr_test:", *expect_alerts(sel, f"{DAY + LAT_EARLY}m", early),
+                    *expect_alerts(sel, f"{DAY + LAT_FAULT - 1}m", want), ""]
     return "\n".join(out)
 
 
