@@ -301,7 +301,7 @@ def render_latency():
            f"# Pingmesh latency localization: {DAY} minutes at {BASE_RTT * 1e6:.0f} us per pair, then each "
            f"fault for {LAT_FAULT} minutes,",
            "# on a 4-host and a 3-host mesh; each asserts the complete set of firing pingmesh alerts",
-           "# after the rules' `for:`, and at its minute " + str(LAT_EARLY) + " every one of them but a pair's latency.",
+           f"# after the rules' `for:`, and at its minute {LAT_EARLY} every one of them but a pair's latency.",
            "rule_files:", "  - rdma.rules.yml", "evaluation_interval: 1m", "", "tests:"]
     sel = f'ALERTS{{alertstate="firing", alertname=~"{MESH_ALERTS}"}}'
     for n, lab in ((4, False), (3, True)):
