@@ -593,8 +593,13 @@ MESH_WINDOW = f"{MESH['window_seconds']}s"
 MESH_MIN_COUNTERPARTS = MESH["min_counterparts"]
 MESH_LATENCY_FACTOR = f"{MESH['latency_factor']:g}"
 MESH_LATENCY_MIN_DELTA = MESH["latency_min_delta_seconds"]
+MESH_LATENCY_ONSET = f"{MESH['latency_onset_seconds']}s"
 # (FACTOR - 1) as a PromQL factor of the baseline: nothing when it is 1 (FACTOR 2).
 LATENCY_EXCESS = "" if MESH["latency_factor"] == 2 else f"{MESH['latency_factor'] - 1:g} * "
+# A pair's slow threshold: FACTOR x its baseline and at least MIN_DELTA above it.
+LATENCY_THRESHOLD = ("rdma:probe_pair_latency_seconds:baseline1d\n"
+                     f"      + clamp_min({LATENCY_EXCESS}rdma:probe_pair_latency_seconds:baseline1d, "
+                     f"{MESH_LATENCY_MIN_DELTA})")
 PAIR = "job, instance, peer, peer_rack"
 NAMES = "* on (job, instance, peer) group_left (prober, target) rdma:probe_pair_names"
 STRIP_PORT = '"(.*?)(?::[0-9]+)?"'
@@ -687,7 +692,8 @@ PAIR_RULES = [
     # The pair's latency now, for the verdicts: the median of its runs over the window, not
     # the last run alone. One run above (or below) the threshold neither starts a latency
     # alert's `for:` nor restarts it; a delay that lasts half the window does (as Pingmesh
-    # judges latency by percentiles over a window, not by single probes).
+    # judges latency by percentiles over a window, not by single probes), and one whose every
+    # run of the onset stretch is slow (rdma:probe_pair_latency_high below).
     (f"rdma:probe_pair_latency_seconds:median{MESH_WINDOW}",
      f"quantile_over_time(0.5, rdma:probe_pair_latency_seconds:typical[{MESH_WINDOW}])"),
     # Failing pairs as the target and as the prober see them.
@@ -731,12 +737,20 @@ PAIR_RULES = [
     # mesh are no outliers but a loaded mesh (under TCG every round trip grows at once): none
     # is named.
     # Only pairs that are up: a down pair's last latency is from before its fault.
-    # Above FACTOR x the baseline and MIN_DELTA above it, in one comparison (one join per
-    # pair, not two): median > b + max((FACTOR - 1) b, MIN_DELTA).
+    # Above FACTOR x the baseline and MIN_DELTA above it, in one comparison per leg:
+    # median > b + max((FACTOR - 1) b, MIN_DELTA). Two legs: the median over the window, or
+    # every run of the onset stretch (its least above the threshold), so that a delay which
+    # starts at once is slow after the onset stretch and not only after half the window.
+    # The value is the median when it is above, else the onset stretch's least run. Per pair,
+    # the onset leg holds for a whole `for:` (10 s in the lab) only when the median leg holds
+    # by then too: it starts alerts sooner, and no other ones.
     ("rdma:probe_pair_latency_high",
-     f"rdma:probe_pair_latency_seconds:median{MESH_WINDOW}\n"
-     f"  > rdma:probe_pair_latency_seconds:baseline1d\n"
-     f"    + clamp_min({LATENCY_EXCESS}rdma:probe_pair_latency_seconds:baseline1d, {MESH_LATENCY_MIN_DELTA})\n"
+     "(\n"
+     f"  rdma:probe_pair_latency_seconds:median{MESH_WINDOW}\n"
+     f"    > {LATENCY_THRESHOLD}\n"
+     f"  or min_over_time(rdma:probe_pair_latency_seconds:typical[{MESH_LATENCY_ONSET}])\n"
+     f"    > {LATENCY_THRESHOLD}\n"
+     ")\n"
      "and on (job, instance, peer) (rdma:probe_pair_status == 0)"),
     ("rdma:probe_target_slow:raw",
      majority("count by (job, target) (rdma:probe_pair_latency_high)",
@@ -809,12 +823,13 @@ PAIR_ALERTS = [
      f"are lost over {MESH_WINDOW} while both hosts exchange probes with their other peers without "
      "loss: the path between them in that direction." + MESH_HELP),
     # 2m like the other culprits: its evidence is already a vote (most of the host's probers,
-    # each on the median of its pair over the window, against the pair's own baseline), and
-    # the median needs half a window of slow probes before it moves. One pair's latency is
-    # weaker evidence, so the pair alert below keeps 10m.
+    # each on the median of its pair over the window or every run of the onset stretch,
+    # against the pair's own baseline). One pair's latency is weaker evidence, so the pair
+    # alert below keeps 10m.
     ("RdmaHostLatencyHigh", "rdma:probe_host_slow", "2m", "warning",
      "{{ $labels.host }} is slow for {{ $value }} of its pingmesh peers",
-     f"Most of the host's probers see their typical round trip to it (the median over {MESH_WINDOW}) "
+     f"Most of the host's probers see their typical round trip to it (the median over {MESH_WINDOW}, "
+     f"or every run of the last {MESH_LATENCY_ONSET}) "
      f"above {MESH_LATENCY_FACTOR}x "
      f"their own baseline of the last day and {MESH_LATENCY_MIN_DELTA * 1e6:.0f} us above it, while "
      "their other pairs are not: the host or its link adds delay." + MESH_HELP),
@@ -823,10 +838,11 @@ PAIR_ALERTS = [
      '\n  ' + EXPLAINED + '),\n  "a", "$1", "prober", "(.*)"), "b", "$1", "target", "(.*)"))',
      "10m", "warning",
      "Probe latency {{ $labels.a }} -> {{ $labels.b }} is above twice its baseline",
-     f"The median round trip of the pair's probes over {MESH_WINDOW} has been more than "
+     f"The median round trip of the pair's probes over {MESH_WINDOW} (or every run of the last "
+     f"{MESH_LATENCY_ONSET}) has been more than "
      f"{MESH_LATENCY_FACTOR}x the pair's "
      f"own median of the last day, and {MESH_LATENCY_MIN_DELTA * 1e6:.0f} us above it, for 10 minutes "
-     "(the alert's value is that median now, seconds), while the prober's other pairs are not and "
+     "(the alert's value is that median now, or the stretch's least run, seconds), while the prober's other pairs are not and "
      "no slow host explains it." + MESH_HELP),
 ]
 

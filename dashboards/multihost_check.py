@@ -477,7 +477,11 @@ def run_matrix(r, m, only=()):
         the row shows it). Since the verdict reads the median of the window's runs, not the
         last run, it fired after 70 s without a gap (2026-12-07, with a busy loop taking 15%
         of a core beside the lab). The row's bound follows the alert's longer `for:`
-        (fault_matrix.Matrix.one).
+        (fault_matrix.Matrix.one). With the alert's `for:` at 2m (10 s here) it fired after
+        20-32 s, 10 s after the median moved, which took 10-22 s with the lab's noise. With
+        the onset stretch (pingmesh.toml latency_onset_seconds) a pair is slow once every run
+        of its last 10 s is: the verdict held 14-16 s after the injection and fired after 26 s
+        (2026-12-07, full matrix, +22 ms on 7.26 ms).
         The row then proves the path on this lab: the rule, RdmaHostLatencyHigh naming h3
         and no pair alert, its one notification."""
         base = r.pairs('rdma:probe_pair_latency_seconds:baseline1d{target="h3"}')
