@@ -159,8 +159,10 @@ class Tracker:
 
 class Fault:
     def __init__(self, name, inject, undo, culprits, touched, kind="host", note="",
-                 allowed=()):
+                 allowed=(), prepare=None):
         self.name = name
+        # Called before the settle and the injection's clock (a wait the row needs first).
+        self.prepare = prepare
         self.inject = inject      # [fault words] or a callable
         self.undo = undo
         self.culprits = culprits  # [(alertname, {label: value})]
@@ -225,16 +227,15 @@ class Matrix:
     def one(self, f, during=None):
         """Inject, hold, undo, measure one fault; returns its row."""
         t_begin = time.time()
+        if f.prepare:
+            f.prepare(self, f)
         settle = self.settle(f.name)
         _, before = self.tracker.latest()
         t_inj = time.time()
         self.do(f.inject)
         # Hold: until every culprit fires (bounded; the 30 s target measured), then one
         # `for:` and two evaluations more.
-        # FIRE_BOUND is for culprits whose `for:` is the matrix's (10 s); one with a longer
-        # `for:` in the rules gets the difference on top, so that its detection has the same
-        # time before the bound.
-        limit = FIRE_BOUND + max(0.0, max(self.alert_for(c[0]) for c in f.culprits) - self.for_s)
+        limit = self.fire_limit(f)
         t_all = self.tracker.wait_for(t_inj, limit, lambda s: all(
             any(matches(k, c) and st == "firing" for k, st in s.items()) for c in f.culprits))
         if during:
@@ -318,6 +319,18 @@ class Matrix:
             self.diagnose(t_inj, t_undo)
         self.faults.append(f)
         return row
+
+    def fire_limit(self, f):
+        """Seconds `one` waits for f's culprits to fire. FIRE_BOUND is for culprits whose
+        `for:` is the matrix's (10 s); one with a longer `for:` in the rules gets the
+        difference on top, so that its detection has the same time before the bound."""
+        return FIRE_BOUND + max(0.0, max(self.alert_for(c[0]) for c in f.culprits) - self.for_s)
+
+    def longest_hold(self, f):
+        """The longest `one` can hold f injected: its culprits' fire limit, then a `for:`
+        and two evaluations, or the notification's wait (the longer)."""
+        return self.fire_limit(f) + max(self.for_s + 2 * self.interval,
+                                        NOTIFY_WITHIN + 3 * self.interval + 5)
 
     def probe_cpu(self, t0, t1):
         """What each host's probe engine used of a CPU from t0 to t1 (a figure, printed: a

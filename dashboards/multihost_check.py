@@ -457,6 +457,27 @@ def run_matrix(r, m, only=()):
         r.fault("netem", "h3", "loss", "20%")
         state["t"] = time.time()
 
+    def delay_history(m, row):
+        """Before the delay row's settle and clock (fault_matrix.Fault.prepare): a pair's
+        baseline is the median of its whole history, the delay's runs included. Held longer
+        than the history before it, the delay becomes the pair's baseline, and the row cannot
+        fire (run alone, `--only delay-h3`, it came about a minute after Prometheus started
+        and fired nothing in two runs). So the row waits, bounded, until every pair to h3 has
+        more history than the row can hold the delay. In the full matrix the row comes after
+        minutes of history and does not wait."""
+        need = m.longest_hold(row)
+        hist = 'min(count_over_time(rdma:probe_pair_latency_seconds:typical{target="h3"}[1d]))'
+
+        def history():
+            res = r.query(hist)
+            return float(res[0]["value"][1]) * r.interval if res else 0.0
+        _, t = r.wait("history before the delay", need + 120, lambda: history() > need)
+        print(f"   delay-h3: {history():.0f} s of history on the pairs to h3 (the row holds the "
+              f"delay up to {need:.0f} s; waited {t or 0:.0f} s)", flush=True)
+        if t is None:
+            raise RuntimeError(f"the pairs to h3 have {history():.0f} s of history after "
+                               f"{need + 120:.0f} s, not over {need:.0f} s")
+
     def delay_inject():
         """+2 ms on h3's egress, or more where the lab's round trips are slow. The rule calls a
         pair slow above MESH latency_factor (2) x its own baseline: +2 ms is that wherever
@@ -515,7 +536,7 @@ def run_matrix(r, m, only=()):
         Fault("ingress-loss-20%-h2", ["ingress", "h2", "loss", "20%"], ["clear", "h2"],
               [host("RdmaHostLinkLossy", "h2", direction="ingress")], ["h2"]),
         Fault("delay-h3", delay_inject, ["clear", "h3"],
-              [host("RdmaHostLatencyHigh", "h3")], ["h3"]),
+              [host("RdmaHostLatencyHigh", "h3")], ["h3"], prepare=delay_history),
         Fault("partition-h2-h3", ["partition", "h2", "h3"], ["heal", "h2", "h3"],
               [path("h2", "h3", "host"), path("h3", "h2", "host")], ["h2", "h3"], kind="path"),
         Fault("kill-h4", ["kill", "h4"], r.restart_h4,
