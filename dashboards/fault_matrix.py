@@ -240,11 +240,11 @@ class Matrix:
             any(matches(k, c) and st == "firing" for k, st in s.items()) for c in f.culprits))
         if during:
             during()
-        hold_until = (t_all or time.time()) + self.for_s + 2 * self.interval
+        hold_until = (t_all or time.time()) + self.hold_after_fire()
         # A fault that fired its culprits lasts until their notification has gone out (within
         # the routes' group_wait or group_interval): a real fault does, and one undone sooner
         # would be notified as already resolved, or not at all. Bounded.
-        notify_by = (t_all + NOTIFY_WITHIN + 3 * self.interval + 5) if t_all else 0
+        notify_by = (t_all + self.notify_wait()) if t_all else 0
         # The notification that counts is one carrying a culprit alert: a host's port-down
         # alert can go out first on its own, when the host's group still exists from an
         # earlier fault (then alerts join it at its group_interval, not its group_wait).
@@ -326,11 +326,19 @@ class Matrix:
         difference on top, so that its detection has the same time before the bound."""
         return FIRE_BOUND + max(0.0, max(self.alert_for(c[0]) for c in f.culprits) - self.for_s)
 
+    def hold_after_fire(self):
+        """Seconds `one` holds a fault after its culprits fired: one `for:` and two
+        evaluations (an alert pending beside them would fire in that time)."""
+        return self.for_s + 2 * self.interval
+
+    def notify_wait(self):
+        """Seconds after its culprits fired that `one` waits, at most, for their notification."""
+        return NOTIFY_WITHIN + 3 * self.interval + 5
+
     def longest_hold(self, f):
-        """The longest `one` can hold f injected: its culprits' fire limit, then a `for:`
-        and two evaluations, or the notification's wait (the longer)."""
-        return self.fire_limit(f) + max(self.for_s + 2 * self.interval,
-                                        NOTIFY_WITHIN + 3 * self.interval + 5)
+        """The longest `one` can hold f injected: its culprits' fire limit, then the longer
+        of the hold after firing and the notification's wait."""
+        return self.fire_limit(f) + max(self.hold_after_fire(), self.notify_wait())
 
     def probe_cpu(self, t0, t1):
         """What each host's probe engine used of a CPU from t0 to t1 (a figure, printed: a
