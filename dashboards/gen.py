@@ -657,6 +657,18 @@ SLOW_EXPLAINED = ("unless on (job, target) rdma:probe_target_slow"
                   + "\n  unless on (job, prober) " + as_label("rdma:probe_target_slow", "prober", "target")
                   + "\n  unless on (job, prober) rdma:probe_prober_latency_loaded")
 
+# The pair's own baseline: the median of its typical latency over the last day. It reads a
+# day of samples per pair (8,641 at a 10 s scrape), which makes it the costliest rule by far
+# once the pairs have that history: bench/rules-history measures it against the window's
+# median. So it has a group of its own, evaluated every minute (BASELINE_INTERVAL), where
+# the others run at the evaluation interval (10 s): a day's median moves little in a minute,
+# the verdicts read it as an instant vector (a minute-old sample is well within Prometheus'
+# 5-minute lookback), and a new pair has a baseline within a minute.
+BASELINE_INTERVAL = "1m"
+BASELINE_RULES = [
+    ("rdma:probe_pair_latency_seconds:baseline1d",
+     "quantile_over_time(0.5, rdma:probe_pair_latency_seconds:typical[1d])"),
+]
 PAIR_RULES = [
     # (record, expr)
     # Host names of every pair (see above).
@@ -686,9 +698,6 @@ PAIR_RULES = [
     # not twice: at 1,000 hosts they are the costliest rules of the group).
     (f"rdma:probe_pair_loss:ratio{MESH_WINDOW}",
      f"sum without (direction) (rdma:probe_pair_loss_direction:ratio{MESH_WINDOW})"),
-    # The pair's own baseline: the median of its typical latency over the last day.
-    ("rdma:probe_pair_latency_seconds:baseline1d",
-     "quantile_over_time(0.5, rdma:probe_pair_latency_seconds:typical[1d])"),
     # The pair's latency now, for the verdicts: the median of its runs over the window, not
     # the last run alone. One run above (or below) the threshold neither starts a latency
     # alert's `for:` nor restarts it; a delay that lasts half the window does (as Pingmesh
@@ -1295,6 +1304,9 @@ def rules_yaml():
         out += ["      - record: rdma:port_rule_events:rate5m",
                 "        expr: " + yaml_block(expr, 10),
                 "        labels:", f"          rule: {r['id']}"]
+    out += ["  - name: rdma-pingmesh-baseline", f"    interval: {BASELINE_INTERVAL}", "    rules:"]
+    for record, expr in BASELINE_RULES:
+        out += [f"      - record: {record}", "        expr: " + yaml_block(expr, 10)]
     out += ["  - name: rdma-pingmesh", "    rules:"]
     for record, expr in PAIR_RULES:
         out += [f"      - record: {record}", "        expr: " + yaml_block(expr, 10)]
