@@ -6,6 +6,7 @@
 //! target/release/mesh_faults                        # 1,000 and 10,000 hosts (~17 min)
 //! target/release/mesh_faults 1000 10000 --plan-only # the sizes only, nothing run
 //! target/release/mesh_faults 64 --check --for 10    # the check tests/run runs (~4 min)
+//! target/release/mesh_faults 256 --full --for 10    # every pair evaluated: a whole mesh's cost
 //! ```
 //!
 //! Hosts in racks of 32 plan with the planner rdmad runs (`rdma_probe::pinglist::Pinglist`,
@@ -60,8 +61,10 @@
 //! pair is present with its culprits' exact status, and the pairs left out are healthy
 //! pairs whose latency never moves, on which no rule fires. The figures print how many
 //! hosts and series that is; scenarios over `--max-series` (default 1.5 M) are sized, not
-//! run. It asserts nothing, except with `--check` (the culprits firing at the end of the
-//! fault must be exactly the injected ones, no other pingmesh alert, and none left after).
+//! run. With `--full` every pair of the mesh is evaluated instead: what the rules cost one
+//! Prometheus on a whole fleet of that size. It asserts nothing, except with `--check` (the
+//! culprits firing at the end of the fault must be exactly the injected ones, no other
+//! pingmesh alert, and none left after).
 
 mod mesh;
 mod prometheus;
@@ -122,6 +125,7 @@ fn main() -> anyhow::Result<()> {
     let mut rules = root.join("dashboards/rules/rdma.rules.yml");
     let mut keep = false;
     let mut plan_only = false;
+    let mut full = false;
     let mut for_seconds = None;
     let mut max_series = 1_500_000usize;
     let mut args = std::env::args().skip(1);
@@ -130,12 +134,13 @@ fn main() -> anyhow::Result<()> {
             "--check" => check = true,
             "--keep" => keep = true,
             "--plan-only" => plan_only = true,
+            "--full" => full = true,
             "--rdmad" => rdmad = args.next().context("--rdmad PATH")?.into(),
             "--rules" => rules = args.next().context("--rules PATH")?.into(),
             "--for" => for_seconds = Some(args.next().context("--for SECONDS")?.parse::<u64>()?),
             "--max-series" => max_series = args.next().context("--max-series N")?.parse()?,
             "-h" | "--help" => {
-                println!("mesh_faults [HOSTS...] [--check] [--for SECONDS] [--max-series N] [--plan-only] [--keep] [--rdmad PATH] [--rules PATH]");
+                println!("mesh_faults [HOSTS...] [--check] [--for SECONDS] [--max-series N] [--full] [--plan-only] [--keep] [--rdmad PATH] [--rules PATH]");
                 return Ok(());
             }
             s => sizes.push(
@@ -193,12 +198,13 @@ fn main() -> anyhow::Result<()> {
             let fault = Fault::new(scenario, n);
             let time = Timeline::new(mesh.cycle, for_s);
             let t = Instant::now();
-            let sel = select(&mesh, &fault);
+            let sel = select(&mesh, &fault, full);
             let hosts_in: BTreeSet<u32> = sel.pairs.iter().flat_map(|&(p, t)| [p, t]).collect();
             let selection = format!(
-                "{} pairs ({} of them padding) of {} hosts, {} series; nameable by counting: {} as target, {} as prober",
+                "{} pairs ({} of them {}) of {} hosts, {} series; nameable by counting: {} as target, {} as prober",
                 sel.pairs.len(),
                 sel.padding,
+                if full { "padding or the rest of the mesh (--full)" } else { "padding" },
                 hosts_in.len(),
                 sel.pairs.len() * templates.len(),
                 sel.nameable_target.len(),

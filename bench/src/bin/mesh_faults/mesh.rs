@@ -120,7 +120,9 @@ pub(crate) struct Selection {
     pub(crate) padding: usize,
 }
 
-pub(crate) fn select(mesh: &Mesh, fault: &Fault) -> Selection {
+/// With `full`, every kept pair is evaluated (the counting still says who is nameable): what
+/// one Prometheus costs on a whole mesh of that size.
+pub(crate) fn select(mesh: &Mesh, fault: &Fault, full: bool) -> Selection {
     let n = mesh.n;
     // Per host: target pairs by prober.
     let mut probers: Vec<Vec<u32>> = vec![Vec::new(); n];
@@ -227,6 +229,11 @@ pub(crate) fn select(mesh: &Mesh, fault: &Fault) -> Selection {
         }
         if have < 2 * f {
             pairs.extend(probers[h as usize].iter().map(|&p| (p, h)));
+        }
+    }
+    if full {
+        for (p, list) in mesh.kept.iter().enumerate() {
+            pairs.extend(list.iter().map(|&t| (p as u32, t)));
         }
     }
     let padding = pairs.len() - before;
