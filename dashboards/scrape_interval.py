@@ -22,6 +22,12 @@ def duration_seconds(text):
     return sum(int(n) * unit[u] for n, u in parts)
 
 
+def values_of(text, key):
+    """Every `key: value` of a YAML text (a file, or the examples in a Markdown page), in
+    order, comments left out."""
+    return re.findall(rf"(?m)^\s*{key}:\s*([^\s#]+)", text)
+
+
 def too_long(values):
     """The values (durations) over the limit, or unparseable, with the reason."""
     out = []
